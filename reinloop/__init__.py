@@ -1,0 +1,32 @@
+"""reinloop: a tool-using LLM agent as an explicit LangGraph state machine, with guard rails."""
+
+from reinloop.checkpoint import sqlite_checkpointer
+from reinloop.config import AgentConfig
+from reinloop.draw import draw
+from reinloop.errors import ConfigurationError, ReinloopError, ResumeError
+from reinloop.graph import build_agent
+from reinloop.protocols import DecisionProtocol, JsonProtocol, ToolCallingProtocol
+from reinloop.resume import resume
+from reinloop.state import FINISH_REASONS, AgentInput, AgentState, FinishReason
+from reinloop.tools import ToolRegistry, accept_any, reject_empty
+
+__all__ = [
+    "FINISH_REASONS",
+    "AgentConfig",
+    "AgentInput",
+    "AgentState",
+    "ConfigurationError",
+    "DecisionProtocol",
+    "FinishReason",
+    "JsonProtocol",
+    "ReinloopError",
+    "ResumeError",
+    "ToolCallingProtocol",
+    "ToolRegistry",
+    "accept_any",
+    "build_agent",
+    "draw",
+    "reject_empty",
+    "resume",
+    "sqlite_checkpointer",
+]

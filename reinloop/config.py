@@ -1,0 +1,64 @@
+"""The agent's build-time settings: limits, windows and protocol.
+
+Frozen and never stored in a checkpoint, so a resumed run uses the settings of the code that resumes it,
+while its budgets (counters) come back from the checkpoint.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from reinloop.errors import ConfigurationError
+
+__all__ = ["DEFAULT_SYSTEM_PROMPT", "AgentConfig", "ProtocolName"]
+
+ProtocolName = Literal["tool_calling", "json"]
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a careful assistant that solves the user's task with the tools provided. "
+    "Call a tool whenever you need information or an action; use each tool's exact argument names. "
+    "When a tool reports an error, change the arguments or the tool instead of repeating the call. "
+    "As soon as you know the answer, give it as your final answer."
+)
+
+
+class AgentConfig(BaseModel):
+    """Limits and behaviour of one agent. Invalid values raise `ConfigurationError` naming the field."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_iterations: int = Field(20, ge=1, description="Decision rounds per run before a circuit break.")
+    error_threshold: int = Field(
+        3, ge=1, description="Consecutive errors of any kind that trip the breaker; a real success resets."
+    )
+    max_parse_retries: int = Field(
+        1, ge=0, description="Immediate retries of an unparsable reply, each with a correction hint."
+    )
+    loop_window: int = Field(3, ge=1, description="Recent decisions searched for repeated identical calls.")
+    max_repeats: int = Field(
+        2, ge=1, description="Identical calls allowed inside loop_window; one more is a dead loop."
+    )
+    tool_timeout_s: float = Field(30.0, gt=0, description="Hard wall-clock limit of one tool call.")
+    protocol: ProtocolName = Field("tool_calling", description="How the model states its decisions.")
+    system_prompt: str = Field(DEFAULT_SYSTEM_PROMPT, min_length=1)
+    memory_capacity: int = Field(
+        10, ge=1, description="Window entries (a decision with its results, or a note) kept in the prompt."
+    )
+    model_max_attempts: int = Field(
+        3, ge=1, description="Attempts of a model call that fails with a transient (network) error."
+    )
+    model_retry_backoff_s: float = Field(
+        0.5, ge=0, description="Wait before the first model retry; doubles on each further retry."
+    )
+
+    def __init__(self, **values: object) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']} (got {err['input']!r})"
+                for err in exc.errors()
+            )
+            raise ConfigurationError(f"invalid AgentConfig: {problems}") from None

@@ -1,0 +1,21 @@
+"""reinloop's exceptions, named for who must act.
+
+Model-fixable mistakes (bad JSON, bad arguments, unknown tools, tool failures) are never exceptions: they are
+data in state and observations for the model. These classes are for developers and operators.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ConfigurationError", "ReinloopError", "ResumeError"]
+
+
+class ReinloopError(Exception):
+    """Base class of every error reinloop raises on purpose."""
+
+
+class ConfigurationError(ReinloopError, ValueError):
+    """The developer's setup is wrong (config values, tools, model): fix the code or the settings."""
+
+
+class ResumeError(ReinloopError):
+    """A thread cannot be resumed as asked (unknown thread, already answered, hint on a running step)."""

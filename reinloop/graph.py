@@ -1,0 +1,158 @@
+"""When the agent acts: the routers, and `build_agent`, which wires the nodes into the diagram.
+
+```
+START -> decide -> validate_args --ok--> execute_tool -> observe -> compress_memory -> check_finish
+                      |  \\--parse error, retry left--> decide          (retry edge)
+                      |--invalid call / unknown tool--> observe        (error-feedback edge)
+                      \\--final answer--> check_finish
+check_finish --continue--> decide
+check_finish --breaker tripped--> circuit_break -> END                 (circuit-break edge)
+check_finish --answered--> END
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any, Final, Literal, get_args
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.tools import BaseTool
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.store.base import BaseStore
+from langgraph.types import RetryPolicy, Send
+
+from reinloop.config import AgentConfig
+from reinloop.context import AgentContext
+from reinloop.errors import ConfigurationError
+from reinloop.models import is_transient, resolve_model
+from reinloop.nodes import (
+    check_finish,
+    circuit_break,
+    compress_memory,
+    decide,
+    execute_tool,
+    observe,
+    validate_args,
+)
+from reinloop.protocols import DecisionProtocol, get_protocol
+from reinloop.state import AgentInput, AgentState
+from reinloop.tools.registry import ToolRegistry
+
+__all__ = [
+    "CHECK_FINISH",
+    "CIRCUIT_BREAK",
+    "COMPRESS_MEMORY",
+    "DECIDE",
+    "EXECUTE_TOOL",
+    "OBSERVE",
+    "VALIDATE_ARGS",
+    "NodeName",
+    "build_agent",
+    "route_after_check_finish",
+    "route_after_validate_args",
+]
+
+NodeName = Literal[
+    "decide", "validate_args", "execute_tool", "observe", "compress_memory", "check_finish", "circuit_break"
+]
+DECIDE: Final = "decide"
+VALIDATE_ARGS: Final = "validate_args"
+EXECUTE_TOOL: Final = "execute_tool"
+OBSERVE: Final = "observe"
+COMPRESS_MEMORY: Final = "compress_memory"
+CHECK_FINISH: Final = "check_finish"
+CIRCUIT_BREAK: Final = "circuit_break"
+
+AfterValidateArgs = Literal["decide", "execute_tool", "observe", "check_finish"]
+AfterCheckFinish = Literal["decide", "circuit_break", "__end__"]
+
+
+def route_after_validate_args(state: AgentState) -> AfterValidateArgs | list[Send]:
+    # 1. An unparsable reply with a retry left: ask again, with the correction hint (retry edge).
+    if state.get("correction"):
+        return DECIDE
+    # 2. A final answer: nothing to run.
+    if state["decision"]["kind"] == "answer":
+        return CHECK_FINISH
+    # 3. Valid calls run, one task each, so each finished call is checkpointed on its own.
+    runnable = [check for check in state.get("checks", []) if check["error_kind"] is None]
+    if runnable:
+        return [Send(EXECUTE_TOOL, check) for check in runnable]
+    # 4. Nothing valid to run: the rejections or the parse error go back to the model (error-feedback edge).
+    return OBSERVE
+
+
+def route_after_check_finish(state: AgentState) -> AfterCheckFinish:
+    reason = state.get("finish_reason")
+    # 1. Answered: done.
+    if reason == "answered":
+        return END
+    # 2. A breaker tripped: end gracefully, resumably (circuit-break edge).
+    if reason is not None:
+        return CIRCUIT_BREAK
+    # 3. Otherwise: the next decision.
+    return DECIDE
+
+
+def build_agent(
+    model: BaseChatModel | str,
+    tools: Sequence[BaseTool | Callable[..., Any]] | ToolRegistry,
+    *,
+    config: AgentConfig | None = None,
+    checkpointer: BaseCheckpointSaver | None = None,
+    store: BaseStore | None = None,
+    protocol: DecisionProtocol | None = None,
+    name: str = "reinloop",
+) -> CompiledStateGraph:
+    """The agent loop as a compiled LangGraph graph. Invoke it with ``{"task": "..."}``.
+
+    `model` is a LangChain chat model or a model string (``"openai:gpt-4o-mini"``); `tools` are LangChain
+    tools, typed callables with docstrings, or a `ToolRegistry`. `protocol` overrides `config.protocol`
+    with a custom `DecisionProtocol`. Give a `checkpointer` to save every step (resume needs one).
+    """
+    if config is None:
+        config = AgentConfig()
+    elif not isinstance(config, AgentConfig):
+        raise ConfigurationError(f"config must be an AgentConfig, got {type(config).__name__}")
+    registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
+    ctx = _context(resolve_model(model), registry, config, protocol or get_protocol(config.protocol))
+
+    graph = StateGraph(AgentState, input_schema=AgentInput)
+    model_retry = RetryPolicy(
+        initial_interval=config.model_retry_backoff_s,
+        max_attempts=config.model_max_attempts,
+        retry_on=is_transient,
+    )
+    graph.add_node(DECIDE, partial(decide, ctx=ctx), retry_policy=model_retry)
+    graph.add_node(VALIDATE_ARGS, partial(validate_args, ctx=ctx))
+    graph.add_node(EXECUTE_TOOL, partial(execute_tool, ctx=ctx))
+    graph.add_node(OBSERVE, partial(observe, ctx=ctx))
+    graph.add_node(COMPRESS_MEMORY, partial(compress_memory, ctx=ctx))
+    graph.add_node(CHECK_FINISH, partial(check_finish, ctx=ctx))
+    graph.add_node(CIRCUIT_BREAK, partial(circuit_break, ctx=ctx))
+
+    graph.add_edge(START, DECIDE)
+    graph.add_edge(DECIDE, VALIDATE_ARGS)
+    graph.add_conditional_edges(VALIDATE_ARGS, route_after_validate_args, list(get_args(AfterValidateArgs)))
+    graph.add_edge(EXECUTE_TOOL, OBSERVE)
+    graph.add_edge(OBSERVE, COMPRESS_MEMORY)
+    graph.add_edge(COMPRESS_MEMORY, CHECK_FINISH)
+    graph.add_conditional_edges(CHECK_FINISH, route_after_check_finish)
+    graph.add_edge(CIRCUIT_BREAK, END)
+    return graph.compile(checkpointer=checkpointer, store=store, name=name)
+
+
+def _context(
+    chat_model: BaseChatModel, registry: ToolRegistry, config: AgentConfig, protocol: DecisionProtocol
+) -> AgentContext:
+    try:
+        return AgentContext.create(config, registry, protocol, chat_model)
+    except NotImplementedError:
+        raise ConfigurationError(
+            f"{type(chat_model).__name__} does not support native tool calling (bind_tools); "
+            'use AgentConfig(protocol="json")'
+        ) from None

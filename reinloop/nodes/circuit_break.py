@@ -1,0 +1,60 @@
+"""circuit_break: end a run that tripped a breaker, gracefully and resumably.
+
+Reads `finish_reason` and the counters. Writes `messages`: one explanatory final message naming the reason,
+what led to it, and how to resume. The checkpoint keeps everything else, so `reinloop.resume` can continue
+the thread with a fresh budget.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.messages import AIMessage, ToolMessage
+
+from reinloop.context import AgentContext
+from reinloop.state import AgentState
+
+__all__ = ["BREAK_TEMPLATES", "RESUME_ADVICE", "circuit_break"]
+
+BREAK_TEMPLATES: dict[str, str] = {
+    "max_iterations": "Stopped: no final answer after {iteration} rounds; the iteration budget is used up.",
+    "error_streak": "Stopped: {errors} errors in a row (the limit is {threshold}). The last one: {last_error}",
+    "dead_loop": (
+        "Stopped: a dead loop. The same call was requested more than {max_repeats} times within "
+        "{loop_window} decisions: {repeated}"
+    ),
+    "token_budget": "Stopped: the run used up its token budget after {iteration} rounds.",
+}
+RESUME_ADVICE = (
+    " The state is saved: resume this thread with reinloop.resume(agent, config, extra_iterations=..., "
+    "hint=...) to continue with a fresh budget."
+)
+# Error texts quoted in the final message are cut to this length.
+QUOTE_CHARS = 300
+
+
+def circuit_break(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
+    reason = state["finish_reason"]
+    if reason is None or reason == "answered":
+        raise RuntimeError(f"circuit_break reached with finish_reason={reason!r}")
+    text = BREAK_TEMPLATES[reason].format(
+        iteration=state.get("iteration", 0),
+        errors=state.get("consecutive_errors", 0),
+        threshold=ctx.config.error_threshold,
+        last_error=_last_error(state),
+        max_repeats=ctx.config.max_repeats,
+        loop_window=ctx.config.loop_window,
+        repeated=", ".join(
+            check["signature"] for check in state.get("checks", []) if check["error_kind"] == "repeated_call"
+        ),
+    )
+    return {"messages": [AIMessage(text + RESUME_ADVICE, name="circuit_break")]}
+
+
+def _last_error(state: AgentState) -> str:
+    for message in reversed(state.get("messages", [])):
+        if isinstance(message, ToolMessage) and message.status == "error":
+            return message.text[:QUOTE_CHARS]
+        if not isinstance(message, ToolMessage) and message.text.startswith("Error:"):
+            return message.text[:QUOTE_CHARS]
+    return "(none recorded)"

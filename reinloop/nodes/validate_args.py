@@ -1,0 +1,155 @@
+"""validate_args: check every requested call before anything runs.
+
+Reads `decision`, `parse_retries`, `recent_calls`. Writes `checks`, `recent_calls`, `parse_retries`,
+`correction`, and resets `tool_results`. Outcomes: a correction hint for a retry of an unparsable reply;
+exhausted retries (observe reports the parse error); a final answer; and for tool calls one `CallCheck`
+each, either ready to run or rejected as unknown tool, invalid arguments, or a repeated call (dead loop).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+from langgraph.types import Overwrite
+from pydantic import ValidationError
+
+from reinloop.context import AgentContext
+from reinloop.state import AgentState, CallCheck, Decision, ErrorKind
+from reinloop.tools.registry import RegisteredTool
+
+__all__ = [
+    "INVALID_ARGS_TEMPLATE",
+    "PARSE_RETRY_TEMPLATE",
+    "REPEATED_CALL_TEMPLATE",
+    "UNKNOWN_TOOL_TEMPLATE",
+    "validate_args",
+]
+
+PARSE_RETRY_TEMPLATE = (
+    "Your previous reply could not be read: {error}.\nYour reply was:\n{raw}\nReply again with {expected}."
+)
+UNKNOWN_TOOL_TEMPLATE = "Error: {name!r} is not a valid tool. Call one of [{available}] instead."
+INVALID_ARGS_TEMPLATE = (
+    "Error: invalid arguments for {name!r}: {problems}. "
+    "Call {name!r} again with arguments that match its schema: {schema}"
+)
+REPEATED_CALL_TEMPLATE = (
+    "Error: not run. {name!r} was requested with these exact arguments {count} times in the last "
+    "{window} decisions, and repeating it cannot give a new result. Use what you already know: "
+    "change the arguments, use another tool, or give your final answer."
+)
+# Raw replies quoted back to the model are cut to this length.
+RAW_QUOTE_CHARS = 2_000
+
+
+def validate_args(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
+    decision = state["decision"]
+    update: dict[str, Any] = {"tool_results": Overwrite([]), "checks": [], "correction": None}
+    if decision["kind"] == "unparsable":
+        retries = state.get("parse_retries", 0)
+        if retries < ctx.config.max_parse_retries:
+            update["parse_retries"] = retries + 1
+            update["correction"] = _correction(decision, ctx)
+        else:
+            update["parse_retries"] = 0
+        return update
+    update["parse_retries"] = 0
+    if decision["kind"] == "act":
+        checks, recent_calls = _check_calls(decision, state.get("recent_calls") or [], ctx)
+        update["checks"] = checks
+        update["recent_calls"] = recent_calls
+    return update
+
+
+def _correction(decision: Decision, ctx: AgentContext) -> str:
+    raw = decision["raw"] or ""
+    if len(raw) > RAW_QUOTE_CHARS:
+        raw = raw[:RAW_QUOTE_CHARS] + f"... [{len(raw) - RAW_QUOTE_CHARS} more characters]"
+    return PARSE_RETRY_TEMPLATE.format(
+        error=decision["error"], raw=raw or "(empty)", expected=ctx.protocol.expected_format
+    )
+
+
+def _check_calls(
+    decision: Decision, recent_calls: list[list[str]], ctx: AgentContext
+) -> tuple[list[CallCheck], list[list[str]]]:
+    window = ctx.config.loop_window
+    earlier = recent_calls[len(recent_calls) - (window - 1) :] if window > 1 else []
+    seen = Counter(signature for calls in earlier for signature in calls)
+    checks: list[CallCheck] = []
+    for call in decision["calls"]:
+        check = _check_call(call, ctx)
+        seen[check["signature"]] += 1
+        if seen[check["signature"]] > ctx.config.max_repeats:
+            message = REPEATED_CALL_TEMPLATE.format(name=check["name"], count=seen[check["signature"]], window=window)
+            check = {**check, "error_kind": "repeated_call", "error": message}
+        checks.append(check)
+    return checks, [*earlier, [check["signature"] for check in checks]]
+
+
+def _check_call(call: dict[str, Any], ctx: AgentContext) -> CallCheck:
+    name, args, call_id = call["name"], call.get("args") or {}, call["id"]
+    entry = ctx.registry.get(name)
+    if entry is None:
+        available = ", ".join(ctx.registry.names)
+        error = UNKNOWN_TOOL_TEMPLATE.format(name=name, available=available)
+        return _check(call_id, name, args, _signature(name, args), "unknown_tool", error)
+    problems, canonical = _validate(entry, args)
+    if problems:
+        error = INVALID_ARGS_TEMPLATE.format(name=name, problems="; ".join(problems), schema=_schema_hint(entry))
+        return _check(call_id, name, args, _signature(name, args), "invalid_args", error)
+    return _check(call_id, name, args, _signature(name, canonical), None, None)
+
+
+def _check(
+    call_id: str, name: str, args: Any, signature: str, error_kind: ErrorKind | None, error: str | None
+) -> CallCheck:
+    return CallCheck(call_id=call_id, name=name, args=args, signature=signature, error_kind=error_kind, error=error)
+
+
+def _validate(entry: RegisteredTool, args: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+    """Problems with `args` under the tool's schema (empty when valid), and the canonical arguments."""
+    if not isinstance(args, dict):
+        return [f"the arguments must be a JSON object, got {type(args).__name__}"], {}
+    schema = entry.schema
+    if schema is None:  # a tool described only by a JSON schema: its own invoke validates
+        return [], args
+    known = {name for name, info in schema.model_fields.items()} | {
+        info.alias for info in schema.model_fields.values() if info.alias
+    }
+    problems = [
+        f"{key}: unexpected argument (expected one of {sorted(schema.model_fields)})"
+        for key in args
+        if key not in known
+    ]
+    try:
+        validated = schema.model_validate(args)
+    except ValidationError as exc:
+        problems += [_describe(error) for error in exc.errors(include_url=False)]
+    if problems:
+        return problems, {}
+    return [], validated.model_dump(mode="json")
+
+
+def _describe(error: Any) -> str:
+    field = ".".join(str(part) for part in error["loc"]) or "arguments"
+    if error["type"] == "missing":
+        return f"{field}: missing (required)"
+    shown = repr(error["input"])
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    return f"{field}: {error['msg']} (got {shown})"
+
+
+def _schema_hint(entry: RegisteredTool) -> str:
+    hint = {
+        "properties": entry.schema_json.get("properties", {}),
+        "required": entry.schema_json.get("required", []),
+    }
+    return json.dumps(hint, ensure_ascii=False)
+
+
+def _signature(name: str, args: Any) -> str:
+    return name + json.dumps(args, sort_keys=True, ensure_ascii=False, default=str)

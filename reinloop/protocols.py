@@ -1,0 +1,253 @@
+"""Decision protocols: how the model states a decision, and how reinloop reads it.
+
+A protocol binds the model, adds its instructions to the system prompt, renders the window for the model,
+and parses each reply into a `Decision`. Replies are stored in one normal form whatever the protocol: an
+`AIMessage` whose `tool_calls` hold the requested calls, answered by one `ToolMessage` each.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import Runnable
+
+from reinloop.config import ProtocolName
+from reinloop.state import Decision, act, answer, unparsable
+from reinloop.tools.registry import ToolRegistry
+
+__all__ = [
+    "FINAL_ANSWER_ACTION",
+    "DecisionProtocol",
+    "JsonProtocol",
+    "ToolCallingProtocol",
+    "extract_json_object",
+    "get_protocol",
+]
+
+FINAL_ANSWER_ACTION = "final_answer"
+
+# Replies longer than this are not scanned for JSON: a runaway generation is a parse error, not a DoS.
+MAX_REPLY_CHARS = 100_000
+# How many "{" positions are tried when the JSON object is buried in prose.
+MAX_JSON_CANDIDATES = 200
+
+_FENCE = re.compile(r"```[a-zA-Z0-9_-]*[ \t]*\n?(.*?)```", re.DOTALL)
+
+
+def new_call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+class DecisionProtocol(ABC):
+    """How a model states its decisions. Subclass it to support another reply format."""
+
+    name: ClassVar[str]
+    # What a correct reply looks like, for the correction hint after an unparsable reply.
+    expected_format: ClassVar[str]
+
+    @abstractmethod
+    def bind(self, model: BaseChatModel, registry: ToolRegistry) -> Runnable[Any, BaseMessage]:
+        """The runnable `decide` calls with the prompt messages."""
+
+    @abstractmethod
+    def instructions(self, registry: ToolRegistry) -> str:
+        """Text appended to the system prompt (empty when the model API carries the tools)."""
+
+    @abstractmethod
+    def render(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+        """The stored window as this protocol shows it to the model."""
+
+    @abstractmethod
+    def parse(self, reply: BaseMessage, registry: ToolRegistry) -> tuple[Decision, AIMessage | None]:
+        """The decision in `reply`, and the message to store in the window (None when unparsable)."""
+
+
+class ToolCallingProtocol(DecisionProtocol):
+    """Native tool calls through `bind_tools`: for models and servers that support tool calling."""
+
+    name = "tool_calling"
+    expected_format = (
+        "either a tool call whose arguments are a JSON object matching the tool's schema, "
+        "or, when you know the answer, a plain text reply with the final answer"
+    )
+
+    def bind(self, model: BaseChatModel, registry: ToolRegistry) -> Runnable[Any, BaseMessage]:
+        return model.bind_tools(registry.tools) if len(registry) else model
+
+    def instructions(self, registry: ToolRegistry) -> str:
+        return ""
+
+    def render(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+        return list(messages)
+
+    def parse(self, reply: BaseMessage, registry: ToolRegistry) -> tuple[Decision, AIMessage | None]:
+        if not isinstance(reply, AIMessage):
+            return unparsable(str(reply.content), "the reply is not an AI message"), None
+        if reply.invalid_tool_calls:
+            bad = reply.invalid_tool_calls[0]
+            raw = f"{bad.get('name')}({bad.get('args')})"
+            error = bad.get("error") or "the tool call's arguments are not a valid JSON object"
+            return unparsable(raw, error), None
+        if reply.tool_calls:
+            calls = [{**call, "id": call.get("id") or new_call_id()} for call in reply.tool_calls]
+            stored = reply if calls == reply.tool_calls else reply.model_copy(update={"tool_calls": calls})
+            return act(calls), stored
+        text = reply.text.strip()
+        if not text:
+            return unparsable("", "the reply is empty"), None
+        return answer(text), reply
+
+
+class JsonProtocol(DecisionProtocol):
+    """The seeds' protocol: the model writes `{"thought", "action", "action_input"}` as text.
+
+    For models without tool calling (small local models). The object is found in code fences or prose.
+    """
+
+    name = "json"
+    expected_format = (
+        'exactly one JSON object {"thought": "...", "action": "<tool name or final_answer>", '
+        '"action_input": {<the tool\'s arguments>}}, with double-quoted keys and strings'
+    )
+
+    def bind(self, model: BaseChatModel, registry: ToolRegistry) -> Runnable[Any, BaseMessage]:
+        return model
+
+    def instructions(self, registry: ToolRegistry) -> str:
+        return (
+            "Reply with exactly one JSON object and nothing else:\n"
+            '{"thought": "<short reasoning>", "action": "<tool name>", "action_input": {<arguments>}}\n'
+            f'When you know the answer, reply {{"thought": "...", "action": "{FINAL_ANSWER_ACTION}", '
+            '"action_input": "<the answer>"}.\n'
+            "Tools:\n" + registry.describe()
+        )
+
+    def render(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+        rendered: list[BaseMessage] = []
+        for message in messages:
+            if isinstance(message, AIMessage):
+                rendered.append(AIMessage(content=message.content, id=message.id))
+            elif isinstance(message, ToolMessage):
+                rendered.append(HumanMessage(content=f"Observation: {message.text}", id=message.id))
+            else:
+                rendered.append(message)
+        return rendered
+
+    def parse(self, reply: BaseMessage, registry: ToolRegistry) -> tuple[Decision, AIMessage | None]:
+        text = reply.text
+        try:
+            obj = extract_json_object(text)
+            decision = _decision_from_object(obj, registry)
+        except ValueError as exc:
+            return unparsable(text, str(exc)), None
+        stored = AIMessage(content=text, tool_calls=decision["calls"], id=reply.id)
+        return decision, stored
+
+
+def extract_json_object(text: str) -> dict[str, Any]:
+    """The decision object in a model reply: the whole reply, a code fence, or the first object in prose.
+
+    Prefers an object with an "action" key. Raises ValueError saying what was wrong.
+    """
+    if len(text) > MAX_REPLY_CHARS:
+        raise ValueError(f"the reply is {len(text)} characters long; expected one short JSON object")
+    stripped = text.strip()
+    if not stripped:
+        raise ValueError("the reply is empty")
+    candidates: list[str] = [stripped]
+    candidates += [m.group(1).strip() for m in _FENCE.finditer(text)]
+    found: list[dict[str, Any]] = []
+    first_error: str | None = None
+    for candidate in candidates:
+        try:
+            obj = json.loads(candidate)
+        except json.JSONDecodeError as exc:
+            first_error = first_error or f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+            continue
+        if isinstance(obj, dict):
+            if "action" in obj:
+                return obj
+            found.append(obj)
+    decoder = json.JSONDecoder()
+    start = text.find("{")
+    tried = 0
+    while start != -1 and tried < MAX_JSON_CANDIDATES:
+        tried += 1
+        try:
+            obj, _ = decoder.raw_decode(text, start)
+        except json.JSONDecodeError as exc:
+            first_error = first_error or f"invalid JSON: {exc.msg} at position {exc.pos}"
+        else:
+            if isinstance(obj, dict):
+                if "action" in obj:
+                    return obj
+                found.append(obj)
+        start = text.find("{", start + 1)
+    if found:
+        return found[0]
+    if "{" not in text:
+        raise ValueError("the reply contains no JSON object")
+    raise ValueError(first_error or "no JSON object could be read from the reply")
+
+
+def _decision_from_object(obj: dict[str, Any], registry: ToolRegistry) -> Decision:
+    action = obj.get("action")
+    if not isinstance(action, str) or not action.strip():
+        raise ValueError(
+            f'the JSON object has no "action" string (keys: {sorted(obj)}); '
+            f'set "action" to a tool name or "{FINAL_ANSWER_ACTION}"'
+        )
+    action = action.strip()
+    action_input = obj.get("action_input")
+    if action == FINAL_ANSWER_ACTION:
+        if isinstance(action_input, dict) and "answer" in action_input:
+            action_input = action_input["answer"]
+        text = action_input if isinstance(action_input, str) else json.dumps(action_input, ensure_ascii=False)
+        if action_input is None or not text.strip():
+            raise ValueError(f'"{FINAL_ANSWER_ACTION}" needs the answer as "action_input"')
+        return answer(text.strip())
+    args = _tool_args(action, action_input, registry)
+    return act([{"name": action, "args": args, "id": new_call_id(), "type": "tool_call"}])
+
+
+def _tool_args(action: str, action_input: Any, registry: ToolRegistry) -> dict[str, Any]:
+    if action_input is None:
+        return {}
+    if isinstance(action_input, str) and action_input.strip().startswith("{"):
+        # Models often double-encode: "action_input": "{\"a\": 1}".
+        try:
+            decoded = json.loads(action_input)
+        except json.JSONDecodeError:
+            decoded = None
+        if isinstance(decoded, dict):
+            return decoded
+    if isinstance(action_input, dict):
+        return action_input
+    entry = registry.get(action)
+    fields = list(entry.schema_json.get("properties", {})) if entry else []
+    if len(fields) == 1:
+        # A bare value for a one-argument tool, as in the seeds: {"action": "calculator", "action_input": "2+2"}.
+        return {fields[0]: action_input}
+    raise ValueError(
+        f'"action_input" for {action!r} must be a JSON object with the tool\'s arguments '
+        f"{fields}, got {json.dumps(action_input, ensure_ascii=False)}"
+    )
+
+
+_PROTOCOLS: dict[str, type[DecisionProtocol]] = {
+    ToolCallingProtocol.name: ToolCallingProtocol,
+    JsonProtocol.name: JsonProtocol,
+}
+
+
+def get_protocol(name: ProtocolName | DecisionProtocol) -> DecisionProtocol:
+    if isinstance(name, DecisionProtocol):
+        return name
+    return _PROTOCOLS[name]()

@@ -1,0 +1,70 @@
+"""Continuing a saved thread: after a circuit break with a fresh budget, or after a crash where it stopped."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.messages import HumanMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph.state import CompiledStateGraph
+
+from reinloop.errors import ConfigurationError, ResumeError
+from reinloop.graph import CHECK_FINISH
+
+__all__ = ["HINT_TEMPLATE", "resume"]
+
+HINT_TEMPLATE = "Hint from the operator, who resumed this run after it stopped: {hint}"
+
+
+def resume(
+    agent: CompiledStateGraph,
+    config: RunnableConfig,
+    *,
+    extra_iterations: int | None = None,
+    hint: str | None = None,
+    **invoke_kwargs: Any,
+) -> dict[str, Any]:
+    """Continue the thread in `config` and return its final state.
+
+    A thread that ended in a circuit break gets a fresh budget (`extra_iterations` rounds, default the
+    agent's `max_iterations`), cleared error and loop counters, and the optional `hint` as a message to the
+    model. A thread interrupted mid-step (a crash) continues where its checkpoint stopped, like
+    ``agent.invoke(None, config)``; completed tool calls are not run again.
+    """
+    thread_id = (config.get("configurable") or {}).get("thread_id")
+    if thread_id is None:
+        raise ResumeError('config needs the thread to resume: {"configurable": {"thread_id": ...}}')
+    if extra_iterations is not None and extra_iterations < 1:
+        raise ConfigurationError(f"extra_iterations must be at least 1, got {extra_iterations!r}")
+    try:
+        snapshot = agent.get_state(config)
+    except ValueError as exc:  # no checkpointer
+        raise ResumeError(f"cannot resume thread {thread_id!r}: {exc}") from None
+    values = snapshot.values
+    if not values:
+        raise ResumeError(f"no saved state for thread {thread_id!r}")
+    if snapshot.next:
+        if hint is not None or extra_iterations is not None:
+            raise ResumeError(
+                f"thread {thread_id!r} stopped mid-step (at {', '.join(snapshot.next)}), not at a circuit "
+                "break; resume it without hint or extra_iterations"
+            )
+        return agent.invoke(None, config, **invoke_kwargs)
+    reason = values.get("finish_reason")
+    if reason == "answered":
+        raise ResumeError(f"thread {thread_id!r} is already answered; invoke it with a new task instead")
+    if reason is None:
+        raise ResumeError(f"thread {thread_id!r} has not run yet; invoke it with a task")
+    update: dict[str, Any] = {
+        "finish_reason": None,
+        "final_answer": None,
+        "iterations_left": extra_iterations,
+        "consecutive_errors": 0,
+        "parse_retries": 0,
+        "recent_calls": [],
+        "correction": None,
+    }
+    if hint:
+        update["messages"] = [HumanMessage(HINT_TEMPLATE.format(hint=hint))]
+    resumed = agent.update_state(config, update, as_node=CHECK_FINISH)
+    return agent.invoke(None, resumed, **invoke_kwargs)

@@ -1,0 +1,128 @@
+"""What the agent knows: `AgentState` and the small records it holds.
+
+Everything here is checkpointed, so it stays small and plain: records are JSON-like TypedDicts (any
+checkpointer stores them without custom types, and nodes never mutate them), the window of recent messages
+is bounded by `compress_memory`, and counters (budgets) live here so that a resumed run keeps them.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Annotated, Any, Literal, TypedDict
+
+from langchain_core.messages import AnyMessage
+from langgraph.graph.message import add_messages
+
+__all__ = [
+    "FINISH_REASONS",
+    "AgentInput",
+    "AgentState",
+    "CallCheck",
+    "Decision",
+    "ErrorKind",
+    "FinishReason",
+    "ToolOutcome",
+    "act",
+    "answer",
+    "unparsable",
+]
+
+FinishReason = Literal["answered", "max_iterations", "error_streak", "dead_loop", "token_budget"]
+FINISH_REASONS: tuple[FinishReason, ...] = (
+    "answered",
+    "max_iterations",
+    "error_streak",
+    "dead_loop",
+    "token_budget",
+)
+
+# Every model-fixable mistake, as recorded in state and reported to the model.
+ErrorKind = Literal[
+    "parse_error",  # the reply could not be read as a decision
+    "unknown_tool",  # the model named a tool that does not exist
+    "invalid_args",  # the arguments failed the tool's schema
+    "repeated_call",  # the identical call was requested too often recently (dead loop)
+    "tool_error",  # the tool raised
+    "timeout",  # the tool did not finish in time and was abandoned
+    "empty_result",  # the tool "succeeded" with an empty or meaningless result (pseudo-success)
+]
+
+
+class Decision(TypedDict):
+    """The model's latest reply, read by the protocol: tool calls, a final answer, or unparsable text."""
+
+    kind: Literal["act", "answer", "unparsable"]
+    calls: list[dict[str, Any]]  # LangChain ToolCall dicts when kind == "act"
+    answer: str | None  # the final answer when kind == "answer"
+    raw: str | None  # the reply text when kind == "unparsable"
+    error: str | None  # why it could not be parsed
+
+
+def act(calls: list[dict[str, Any]]) -> Decision:
+    return Decision(kind="act", calls=calls, answer=None, raw=None, error=None)
+
+
+def answer(text: str) -> Decision:
+    return Decision(kind="answer", calls=[], answer=text, raw=None, error=None)
+
+
+def unparsable(raw: str, error: str) -> Decision:
+    return Decision(kind="unparsable", calls=[], answer=None, raw=raw, error=error)
+
+
+class CallCheck(TypedDict):
+    """One requested tool call after validation: ready to run (`error_kind` None) or rejected and why."""
+
+    call_id: str
+    name: str
+    args: dict[str, Any]
+    signature: str  # tool name + canonical arguments, for dead-loop detection
+    error_kind: ErrorKind | None
+    error: str | None  # feedback for the model when rejected
+
+
+class ToolOutcome(TypedDict):
+    """What running one validated call produced: an observation, or an error observation."""
+
+    call_id: str
+    name: str
+    content: str  # the observation text sent back to the model
+    error_kind: ErrorKind | None
+
+
+class AgentInput(TypedDict):
+    """What a run starts from."""
+
+    task: str
+
+
+class AgentState(TypedDict, total=False):
+    """The checkpointed state of one thread."""
+
+    # The user's task; written by the input, shown to the model on every decision.
+    task: str
+    # Short-term window: decisions, tool results and notes; decide/observe append, compress_memory trims.
+    messages: Annotated[list[AnyMessage], add_messages]
+    # The latest parsed reply; written by decide every round.
+    decision: Decision
+    # Correction hint for the next decide after an unparsable reply; set by validate_args, cleared by decide.
+    correction: str | None
+    # Validation of each call in the latest decision; written by validate_args every round.
+    checks: list[CallCheck]
+    # Outcomes of this round's executed calls, one per execute_tool task; validate_args resets it.
+    tool_results: Annotated[list[ToolOutcome], operator.add]
+    # Signatures of the calls in each of the last `loop_window` decisions; written by validate_args.
+    recent_calls: list[list[str]]
+    # Completed decision rounds; check_finish increments, a new task resets.
+    iteration: int
+    # Rounds left before max_iterations trips; check_finish counts down, None means a fresh
+    # config.max_iterations (a new run, or a resume without extra_iterations).
+    iterations_left: int | None
+    # Errors in a row (any kind); observe increments, a real tool success resets.
+    consecutive_errors: int
+    # Parse retries used on the current decision; validate_args increments, a parsed reply resets.
+    parse_retries: int
+    # The answer when finish_reason == "answered"; written by check_finish.
+    final_answer: str | None
+    # Why the run ended; written by check_finish, None while running.
+    finish_reason: FinishReason | None
