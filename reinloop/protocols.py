@@ -96,7 +96,13 @@ class ToolCallingProtocol(DecisionProtocol):
             error = bad.get("error") or "the tool call's arguments are not a valid JSON object"
             return unparsable(raw, error), None
         if reply.tool_calls:
-            calls = [{**call, "id": call.get("id") or new_call_id()} for call in reply.tool_calls]
+            calls, seen = [], set()
+            for call in reply.tool_calls:
+                # Every call needs its own id: results are matched to calls by it.
+                call_id = call.get("id") if call.get("id") not in seen else None
+                call_id = call_id or new_call_id()
+                seen.add(call_id)
+                calls.append({**call, "id": call_id})
             stored = reply if calls == reply.tool_calls else reply.model_copy(update={"tool_calls": calls})
             return act(calls), stored
         text = reply.text.strip()

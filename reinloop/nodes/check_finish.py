@@ -1,7 +1,7 @@
 """check_finish: count the round and decide whether the run goes on.
 
 Reads `decision`, `checks`, `consecutive_errors`, `iteration`, `iterations_left`. Writes `iteration`,
-`iterations_left`, `finish_reason` and, for an answer, `final_answer`. Outcomes, in priority order:
+`iterations_left`, `finish_reason` and `final_answer` (None unless answered). Outcomes, in priority order:
 answered; dead_loop (a repeated call was refused this round, before it ran); error_streak;
 max_iterations; or go on (`finish_reason` None).
 """
@@ -30,4 +30,4 @@ def check_finish(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
         reason = "error_streak"
     elif left <= 0:
         reason = "max_iterations"
-    return {"iteration": iteration, "iterations_left": left, "finish_reason": reason}
+    return {"iteration": iteration, "iterations_left": left, "finish_reason": reason, "final_answer": None}

@@ -1,0 +1,314 @@
+"""The compiled graph run end to end with the scripted model and a checkpointer: one test per edge."""
+
+import asyncio
+
+import pytest
+from langchain_core.language_models.fake_chat_models import FakeListChatModel
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command, interrupt
+
+from reinloop import AgentConfig, ConfigurationError, build_agent
+from reinloop.memory import pairing_violations
+from reinloop.testing import ScriptedChatModel, ScriptExhaustedError, json_action, parallel_calls, tool_call
+from tests.conftest import THREAD, add, explode, lookup, make_agent
+
+
+def tool_messages(result):
+    return [m for m in result["messages"] if isinstance(m, ToolMessage)]
+
+
+def counting_tool():
+    runs = []
+
+    @tool
+    def fetch(page: int) -> str:
+        """Fetch one page of results."""
+        runs.append(page)
+        return f"page {page}: nothing new"
+
+    return fetch, runs
+
+
+def test_happy_path_calls_a_tool_then_answers():
+    agent, model = make_agent([tool_call("add", {"a": 2, "b": 3}), "2 + 3 = 5"])
+    result = agent.invoke({"task": "What is 2 + 3?"}, THREAD)
+    assert (result["final_answer"], result["finish_reason"], result["iteration"]) == ("2 + 3 = 5", "answered", 2)
+    assert [m.content for m in tool_messages(result)] == ["5"]
+    # the second decision saw the tool result
+    assert model.calls[1].messages[-1].content == "5"
+    assert model.remaining == 0
+
+
+def test_bad_arguments_are_fed_back_and_corrected():
+    agent, model = make_agent([tool_call("add", {"a": "two", "b": 3}), tool_call("add", {"a": 2, "b": 3}), "5"])
+    result = agent.invoke({"task": "add"}, THREAD)
+    feedback, success = tool_messages(result)
+    assert feedback.status == "error" and "a: Input should be a valid integer" in feedback.content
+    assert success.content == "5"
+    assert model.calls[1].messages[-1].content == feedback.content
+    assert (result["finish_reason"], result["consecutive_errors"]) == ("answered", 0)
+
+
+def test_unknown_tool_lists_the_valid_ones():
+    agent, _ = make_agent([tool_call("multiply", {"a": 2, "b": 3}), "6"])
+    result = agent.invoke({"task": "multiply"}, THREAD)
+    (feedback,) = tool_messages(result)
+    assert "'multiply' is not a valid tool. Call one of [add, lookup, explode]" in feedback.content
+    assert result["finish_reason"] == "answered"
+
+
+def test_parse_retry_sends_the_correction_hint_then_succeeds():
+    agent, model = make_agent(
+        ["I'll add: {action: add}", json_action("add", {"a": 1, "b": 1}), json_action("final_answer", "2")],
+        protocol="json",
+    )
+    result = agent.invoke({"task": "1+1"}, THREAD)
+    assert (result["final_answer"], result["finish_reason"]) == ("2", "answered")
+    hint = model.calls[1].messages[-1]
+    assert isinstance(hint, HumanMessage)
+    assert "could not be read" in hint.content and "{action: add}" in hint.content and '"action_input"' in hint.content
+    # the garbage reply never entered the window, and the retry did not count as a round or an error
+    assert all("{action: add}" not in m.text for m in result["messages"])
+    assert result["iteration"] == 2 and result["consecutive_errors"] == 0
+
+
+def test_parse_retries_exhausted_becomes_an_error_observation():
+    agent, model = make_agent(
+        ["garbage 1", "garbage 2", json_action("final_answer", "ok")], protocol="json", max_parse_retries=1
+    )
+    result = agent.invoke({"task": "t"}, THREAD)
+    assert result["finish_reason"] == "answered"
+    note = model.calls[2].messages[-1]
+    assert isinstance(note, HumanMessage) and note.content.startswith("Error: your last reply could not be read")
+    assert result["iteration"] == 2
+
+
+def test_tool_exception_is_fed_back_and_the_model_recovers():
+    agent, _ = make_agent([tool_call("explode", {"reason": "x"}), tool_call("add", {"a": 1, "b": 1}), "2"])
+    result = agent.invoke({"task": "t"}, THREAD)
+    error, success = tool_messages(result)
+    assert "ZeroDivisionError" in error.content and error.status == "error"
+    assert success.content == "2"
+    assert result["finish_reason"] == "answered" and result["consecutive_errors"] == 0
+
+
+def test_a_hung_tool_times_out_without_hanging_the_loop(gate):
+    agent, _ = make_agent(
+        [tool_call("hang", {"seconds": 999}), "gave up waiting"], tools=[gate.tool], tool_timeout_s=0.2
+    )
+    result = agent.invoke({"task": "t"}, THREAD)
+    (observation,) = tool_messages(result)
+    assert "did not finish within 0.2 s" in observation.content
+    assert gate.entered.is_set() and result["finish_reason"] == "answered"
+
+
+def test_pseudo_success_counts_as_an_error():
+    agent, _ = make_agent([tool_call("lookup", {"key": "empty"}), "nothing found"])
+    result = agent.invoke({"task": "t"}, THREAD)
+    (observation,) = tool_messages(result)
+    assert observation.status == "error" and "returned empty text" in observation.content
+    assert result["consecutive_errors"] == 1
+
+
+def test_error_streak_trips_after_threshold_consecutive_errors_of_any_kind():
+    script = [tool_call("nope"), tool_call("add", {"a": "x", "b": 1}), tool_call("explode", {"reason": "r"})]
+    agent, model = make_agent(script, error_threshold=3)
+    result = agent.invoke({"task": "t"}, THREAD)
+    assert (result["finish_reason"], result["final_answer"], result["iteration"]) == ("error_streak", None, 3)
+    final = result["messages"][-1]
+    assert final.name == "circuit_break" and "3 errors in a row" in final.content
+    assert model.remaining == 0  # no extra model call after the break
+
+
+def test_a_real_success_resets_the_error_streak():
+    script = [
+        tool_call("nope"),
+        tool_call("nope"),
+        tool_call("add", {"a": 1, "b": 1}),
+        tool_call("nope"),
+        tool_call("nope"),
+        "done",
+    ]
+    agent, _ = make_agent(script, error_threshold=3)
+    assert agent.invoke({"task": "t"}, THREAD)["finish_reason"] == "answered"
+
+
+def test_dead_loop_is_caught_before_the_offending_repeat_runs():
+    fetch, runs = counting_tool()
+    agent, model = make_agent([tool_call("fetch", {"page": 1})] * 3, tools=[fetch], loop_window=3, max_repeats=2)
+    result = agent.invoke({"task": "t"}, THREAD)
+    assert result["finish_reason"] == "dead_loop"
+    assert runs == [1, 1]  # the third identical call never ran
+    refused = tool_messages(result)[-1]
+    assert refused.status == "error" and "not run" in refused.content
+    assert "dead loop" in result["messages"][-1].content
+
+
+def test_different_arguments_are_not_a_dead_loop():
+    fetch, runs = counting_tool()
+    agent, _ = make_agent([tool_call("fetch", {"page": p}) for p in range(5)] + ["done"], tools=[fetch])
+    assert agent.invoke({"task": "t"}, THREAD)["finish_reason"] == "answered"
+    assert runs == [0, 1, 2, 3, 4]
+
+
+def test_max_iterations_ends_the_run_with_an_explanation():
+    agent, model = make_agent([tool_call("add", {"a": i, "b": 0}) for i in range(10)], max_iterations=4)
+    result = agent.invoke({"task": "t"}, THREAD)
+    assert (result["finish_reason"], result["iteration"], result["final_answer"]) == ("max_iterations", 4, None)
+    assert len(model.calls) == 4
+    assert "no final answer after 4 rounds" in result["messages"][-1].content
+
+
+def test_parallel_calls_each_get_exactly_one_result_rejected_ones_included():
+    reply = parallel_calls([("add", {"a": 1, "b": 2}), ("nope", {}), ("add", {"a": "x"}), ("add", {"a": 3, "b": 4})])
+    agent, _ = make_agent([reply, "done"])
+    result = agent.invoke({"task": "t"}, THREAD)
+    results = tool_messages(result)
+    assert [m.tool_call_id for m in results] == [c["id"] for c in reply.tool_calls]
+    assert [m.status for m in results] == ["success", "error", "error", "success"]
+    assert [results[0].content, results[3].content] == ["3", "7"]
+    assert pairing_violations(result["messages"][:-1]) == []
+
+
+def test_every_model_call_sees_a_well_paired_bounded_window():
+    seen = []
+
+    def respond(messages):
+        seen.append(messages)
+        assert pairing_violations(messages[2:]) == []
+        if len(seen) > 30:
+            return "done"
+        return parallel_calls(
+            [("add", {"a": len(seen), "b": 0}), ("nope", {"i": len(seen)}), ("add", {"a": -len(seen), "b": 0})]
+        )
+
+    model = ScriptedChatModel(respond=respond, max_calls=31)
+    agent = build_agent(
+        model,
+        [add],
+        config=AgentConfig(memory_capacity=4, error_threshold=50, max_iterations=50),
+        checkpointer=InMemorySaver(),
+    )
+    result = agent.invoke({"task": "t"}, THREAD)
+    assert result["finish_reason"] == "answered"
+    # system + task + at most 4 entries of 1 call message and 3 results each
+    assert max(len(m) for m in seen) <= 2 + 4 * 4
+
+
+def test_a_new_task_on_a_finished_thread_starts_a_fresh_run():
+    agent, _ = make_agent([tool_call("add", {"a": 1, "b": 1}), "2", "second answer"])
+    agent.invoke({"task": "first"}, THREAD)
+    result = agent.invoke({"task": "second"}, THREAD)
+    assert (result["final_answer"], result["iteration"], result["task"]) == ("second answer", 1, "second")
+
+
+def test_an_interrupt_inside_a_tool_pauses_the_graph_instead_of_being_swallowed():
+    @tool
+    def delete_file(path: str) -> str:
+        """Delete a file after the operator approves."""
+        approved = interrupt(f"delete {path}?")
+        return "deleted" if approved else "kept"
+
+    agent, _ = make_agent([tool_call("delete_file", {"path": "a.txt"}), "done"], tools=[delete_file])
+    paused = agent.invoke({"task": "t"}, THREAD)
+    assert paused["__interrupt__"][0].value == "delete a.txt?"
+    result = agent.invoke(Command(resume=True), THREAD)
+    assert tool_messages(result)[0].content == "deleted" and result["finish_reason"] == "answered"
+
+
+def test_async_tools_run_with_the_sync_loop():
+    @tool
+    async def slow_double(x: int) -> int:
+        """Double a number, asynchronously."""
+        await asyncio.sleep(0)
+        return 2 * x
+
+    agent, _ = make_agent([tool_call("slow_double", {"x": 21}), "42"], tools=[slow_double])
+    assert tool_messages(agent.invoke({"task": "t"}, THREAD))[0].content == "42"
+
+
+def test_the_graph_runs_async_too():
+    agent, _ = make_agent([tool_call("add", {"a": 2, "b": 2}), "4"])
+    result = asyncio.run(agent.ainvoke({"task": "t"}, THREAD))
+    assert (result["final_answer"], tool_messages(result)[0].content) == ("4", "4")
+
+
+def test_transient_model_errors_are_retried():
+    agent, model = make_agent([ConnectionError("reset by peer"), "fine"], model_retry_backoff_s=0)
+    assert agent.invoke({"task": "t"}, THREAD)["final_answer"] == "fine"
+    assert len(model.calls) == 2
+
+
+def test_a_developer_error_in_the_model_is_not_retried():
+    agent, model = make_agent([ValueError("bad request"), "never"])
+    with pytest.raises(ValueError, match="bad request"):
+        agent.invoke({"task": "t"}, THREAD)
+    assert len(model.calls) == 1
+
+
+def test_the_scripted_model_fails_when_called_too_often():
+    agent, _ = make_agent([tool_call("add", {"a": 1, "b": 1})])
+    with pytest.raises(ScriptExhaustedError, match="only 1 replies"):
+        agent.invoke({"task": "t"}, THREAD)
+
+
+def test_plain_typed_callables_are_tools():
+    def shout(text: str) -> str:
+        """Upper-case a text."""
+        return text.upper()
+
+    agent, _ = make_agent([tool_call("shout", {"text": "hi"}), "HI"], tools=[shout])
+    assert tool_messages(agent.invoke({"task": "t"}, THREAD))[0].content == "HI"
+
+
+@pytest.mark.parametrize(
+    ("tools", "message"),
+    [
+        ([add, add], "duplicate tool name 'add'"),
+        ([lambda x: x], "docstring"),
+        (["not a tool"], "typed callables"),
+    ],
+    ids=["duplicate", "no-docstring", "not-callable"],
+)
+def test_bad_tools_fail_at_build_time(tools, message):
+    with pytest.raises(ConfigurationError, match=message):
+        build_agent(ScriptedChatModel(), tools)
+
+
+def test_a_model_without_tool_calling_needs_the_json_protocol():
+    with pytest.raises(ConfigurationError, match='protocol="json"'):
+        build_agent(FakeListChatModel(responses=["x"]), [add])
+    agent = build_agent(
+        FakeListChatModel(responses=[json_action("final_answer", "hi")]), [add], config=AgentConfig(protocol="json")
+    )
+    assert agent.invoke({"task": "t"})["final_answer"] == "hi"
+
+
+def test_a_model_string_without_credentials_is_a_clear_configuration_error(monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(ConfigurationError, match="cannot set up model 'openai:gpt-4o-mini'.*OPENAI_API_KEY"):
+        build_agent("openai:gpt-4o-mini", [add])
+
+
+def test_a_model_string_builds_a_real_chat_model(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-used")
+    agent = build_agent("openai:gpt-4o-mini", [add])
+    assert "decide" in agent.get_graph().nodes
+
+
+def test_runs_without_a_checkpointer():
+    model = ScriptedChatModel(replies=[tool_call("add", {"a": 1, "b": 1}), AIMessage("2")])
+    assert build_agent(model, [add]).invoke({"task": "t"})["final_answer"] == "2"
+
+
+def test_lookup_tool_exception_message_reaches_the_model():
+    agent, model = make_agent([tool_call("lookup", {"key": "nowhere"}), "sorry"], tools=[lookup])
+    agent.invoke({"task": "t"}, THREAD)
+    assert "known keys: ['capital_of_france', 'empty']" in model.calls[1].messages[-1].content
+
+
+def test_explode_is_reported_not_raised():
+    agent, _ = make_agent([tool_call("explode", {"reason": "r"}), "ok"], tools=[explode])
+    assert agent.invoke({"task": "t"}, THREAD)["finish_reason"] == "answered"

@@ -1,0 +1,292 @@
+"""Each node called with a hand-built state: what it returns, and that it never mutates its input."""
+
+import copy
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, SystemMessage, ToolMessage
+from langgraph.types import Overwrite
+
+from reinloop.nodes import check_finish, circuit_break, compress_memory, decide, execute_tool, observe, validate_args
+from reinloop.state import CallCheck, ToolOutcome, act, answer, unparsable
+from reinloop.testing import ScriptedChatModel, tool_call
+from reinloop.tools import ToolRegistry, accept_any
+from tests.conftest import add, explode, lookup, make_context
+
+
+def call(name, args, call_id="c1"):
+    return {"name": name, "args": args, "id": call_id, "type": "tool_call"}
+
+
+def check(name, args, call_id="c1", error_kind=None, error=None):
+    return CallCheck(call_id=call_id, name=name, args=args, signature=name, error_kind=error_kind, error=error)
+
+
+def frozen_call(node, state, *args):
+    before = copy.deepcopy(state)
+    update = node(state, *args)
+    assert state == before, f"{node.__name__} mutated its input state"
+    return update
+
+
+# decide -------------------------------------------------------------------------------------------------
+
+
+def test_decide_sends_system_task_window_and_correction_and_stores_a_parsed_reply():
+    model = ScriptedChatModel(replies=[tool_call("add", {"a": 1, "b": 2})])
+    ctx = make_context(model=model)
+    window = [HumanMessage("an earlier note", id="n1")]
+    state = {"task": "add 1 and 2", "messages": window, "correction": "fix your JSON"}
+    update = frozen_call(decide, state, ctx)
+    sent = model.calls[0].messages
+    assert isinstance(sent[0], SystemMessage) and sent[0].content == ctx.system_prompt
+    assert sent[1].content == "add 1 and 2"
+    assert sent[2].content == "an earlier note"
+    assert sent[3].content == "fix your JSON"
+    assert [t["function"]["name"] for t in model.calls[0].tools] == ["add", "lookup", "explode"]
+    assert update["decision"]["kind"] == "act"
+    assert update["messages"][0].tool_calls[0]["args"] == {"a": 1, "b": 2}
+    assert update["correction"] is None
+    assert "iteration" not in update  # counters untouched mid-run
+
+
+def test_decide_keeps_an_unparsable_reply_out_of_the_window():
+    ctx = make_context(model=ScriptedChatModel(replies=["not json"]), protocol="json")
+    update = decide({"task": "t", "messages": []}, ctx)
+    assert update["decision"] == unparsable("not json", "the reply contains no JSON object")
+    assert "messages" not in update
+
+
+def test_decide_starts_a_new_run_on_a_finished_thread():
+    ctx = make_context(model=ScriptedChatModel(replies=["done"]))
+    state = {"task": "next task", "messages": [], "finish_reason": "answered", "iteration": 7, "consecutive_errors": 2}
+    update = decide(state, ctx)
+    assert update["iteration"] == 0 and update["consecutive_errors"] == 0
+    assert update["finish_reason"] is None and update["iterations_left"] is None
+
+
+@pytest.mark.parametrize("task", [None, "", "   "], ids=["missing", "empty", "blank"])
+def test_decide_without_a_task_is_a_developer_error(task):
+    ctx = make_context()
+    with pytest.raises(ValueError, match="task"):
+        decide({"task": task} if task is not None else {}, ctx)
+
+
+# validate_args -------------------------------------------------------------------------------------------
+
+
+def test_validate_args_unparsable_with_retry_left_sets_a_correction_hint():
+    ctx = make_context(protocol="json")
+    update = frozen_call(validate_args, {"decision": unparsable("{oops", "invalid JSON"), "parse_retries": 0}, ctx)
+    assert update["parse_retries"] == 1
+    hint = update["correction"]
+    assert "invalid JSON" in hint and "{oops" in hint and '"action"' in hint  # error, raw reply, expected format
+    assert isinstance(update["tool_results"], Overwrite)
+
+
+def test_validate_args_unparsable_without_retries_gives_up_the_retry():
+    ctx = make_context(max_parse_retries=1)
+    update = validate_args({"decision": unparsable("x", "bad"), "parse_retries": 1}, ctx)
+    assert update["correction"] is None and update["parse_retries"] == 0 and update["checks"] == []
+
+
+def test_validate_args_accepts_valid_calls_and_records_canonical_signatures():
+    ctx = make_context()
+    state = {"decision": act([call("add", {"b": "2", "a": 1})]), "recent_calls": [], "parse_retries": 1}
+    update = frozen_call(validate_args, state, ctx)
+    (checked,) = update["checks"]
+    assert checked["error_kind"] is None
+    # coerced and sorted: the same call however the model spells it
+    assert checked["signature"] == 'add{"a": 1, "b": 2}'
+    assert update["recent_calls"] == [['add{"a": 1, "b": 2}']]
+    assert update["parse_retries"] == 0
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "kind", "mentions"),
+    [
+        ("divide", {"a": 1}, "unknown_tool", ["'divide' is not a valid tool", "[add, lookup, explode]"]),
+        ("add", {"a": "one", "b": 2}, "invalid_args", ["a: Input should be a valid integer", "'one'"]),
+        ("add", {"a": 1}, "invalid_args", ["b: missing (required)", '"required": ["a", "b"]']),
+        ("add", {"a": 1, "b": 2, "c": 3}, "invalid_args", ["c: unexpected argument", "['a', 'b']"]),
+    ],
+    ids=["unknown-tool", "wrong-type", "missing-field", "extra-field"],
+)
+def test_validate_args_rejects_bad_calls_with_actionable_feedback(name, args, kind, mentions):
+    ctx = make_context()
+    update = validate_args({"decision": act([call(name, args)]), "recent_calls": []}, ctx)
+    (checked,) = update["checks"]
+    assert checked["error_kind"] == kind
+    for text in mentions:
+        assert text in checked["error"]
+
+
+def test_validate_args_refuses_the_repeat_that_exceeds_max_repeats_within_the_window():
+    ctx = make_context(loop_window=3, max_repeats=2)
+    sig = 'add{"a": 1, "b": 2}'
+    state = {"decision": act([call("add", {"a": 1, "b": 2})]), "recent_calls": [[sig], [sig]]}
+    (checked,) = validate_args(state, ctx)["checks"]
+    assert checked["error_kind"] == "repeated_call" and "3 times in the last 3 decisions" in checked["error"]
+    # outside the window the old calls no longer count
+    state = {**state, "recent_calls": [[sig], [sig], ['lookup{"key": "x"}'], ['lookup{"key": "y"}']]}
+    update = validate_args(state, ctx)
+    assert update["checks"][0]["error_kind"] is None
+    assert len(update["recent_calls"]) == 3
+
+
+def test_validate_args_final_answer_has_no_checks():
+    update = validate_args({"decision": answer("42")}, make_context())
+    assert update["checks"] == [] and update["correction"] is None
+
+
+# execute_tool --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tool_name", "args", "kind", "content"),
+    [
+        ("add", {"a": 2, "b": 3}, None, "5"),
+        ("lookup", {"key": "missing"}, "tool_error", "unknown key 'missing'"),
+        ("explode", {"reason": "x"}, "tool_error", "ZeroDivisionError: division by zero"),
+        ("lookup", {"key": "empty"}, "empty_result", "returned empty text"),
+    ],
+    ids=["success", "tool-exception", "crash", "pseudo-success"],
+)
+def test_execute_tool_outcomes(tool_name, args, kind, content):
+    update = execute_tool(check(tool_name, args), make_context(), {})
+    (outcome,) = update["tool_results"]
+    assert outcome["error_kind"] == kind and outcome["call_id"] == "c1"
+    assert content in outcome["content"]
+
+
+def test_execute_tool_times_out_a_hung_sync_tool(gate):
+    ctx = make_context(tools=[gate.tool], tool_timeout_s=0.2)
+    (outcome,) = execute_tool(check("hang", {"seconds": 100}), ctx, {})["tool_results"]
+    assert outcome["error_kind"] == "timeout" and "within 0.2 s" in outcome["content"]
+
+
+def test_execute_tool_uses_the_tools_own_result_check():
+    registry = ToolRegistry()
+    registry.add(lookup, check_result=accept_any)
+    ctx = make_context(tools=registry)
+    (outcome,) = execute_tool(check("lookup", {"key": "empty"}), ctx, {})["tool_results"]
+    assert outcome["error_kind"] is None and outcome["content"] == ""
+
+
+# observe -------------------------------------------------------------------------------------------------
+
+
+def test_observe_answers_every_call_in_order_and_counts_errors():
+    checks = [
+        check("add", {}, "c1"),
+        check("nope", {}, "c2", "unknown_tool", "Error: unknown"),
+        check("lookup", {}, "c3"),
+    ]
+    results = [
+        ToolOutcome(call_id="c3", name="lookup", content="Error: failed", error_kind="tool_error"),
+        ToolOutcome(call_id="c1", name="add", content="3", error_kind=None),
+    ]
+    state = {"decision": act([]), "checks": checks, "tool_results": results, "consecutive_errors": 1}
+    update = frozen_call(observe, state, make_context())
+    messages = update["messages"]
+    assert [m.tool_call_id for m in messages] == ["c1", "c2", "c3"]
+    assert [m.status for m in messages] == ["success", "error", "error"]
+    assert [m.content for m in messages] == ["3", "Error: unknown", "Error: failed"]
+    assert update["consecutive_errors"] == 2  # success reset 1 -> 0, then two errors
+
+
+def test_observe_reports_an_exhausted_parse_failure_as_a_note():
+    state = {"decision": unparsable("x", "no JSON object"), "checks": [], "consecutive_errors": 0}
+    update = observe(state, make_context())
+    (note,) = update["messages"]
+    assert isinstance(note, HumanMessage) and "no JSON object" in note.content
+    assert update["consecutive_errors"] == 1
+
+
+def test_observe_refuses_a_validated_call_without_an_outcome():
+    state = {"decision": act([]), "checks": [check("add", {})], "tool_results": []}
+    with pytest.raises(RuntimeError, match="no outcome"):
+        observe(state, make_context())
+
+
+# compress_memory -----------------------------------------------------------------------------------------
+
+
+def test_compress_memory_drops_whole_old_entries_beyond_capacity():
+    messages = []
+    for i in range(4):
+        messages.append(AIMessage("", id=f"a{i}", tool_calls=[call("add", {}, f"c{i}a"), call("add", {}, f"c{i}b")]))
+        messages.append(ToolMessage("r", tool_call_id=f"c{i}a", id=f"t{i}a"))
+        messages.append(ToolMessage("r", tool_call_id=f"c{i}b", id=f"t{i}b"))
+    update = frozen_call(compress_memory, {"messages": messages}, make_context(memory_capacity=2))
+    removed = [m.id for m in update["messages"]]
+    assert all(isinstance(m, RemoveMessage) for m in update["messages"])
+    assert removed == ["a0", "t0a", "t0b", "a1", "t1a", "t1b"]
+    assert compress_memory({"messages": messages[:6]}, make_context(memory_capacity=2)) == {}
+
+
+# check_finish --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("state", "reason"),
+    [
+        ({"decision": answer("42"), "iteration": 19}, "answered"),
+        ({"decision": act([]), "checks": [check("add", {}, error_kind="repeated_call")]}, "dead_loop"),
+        ({"decision": act([]), "checks": [], "consecutive_errors": 3}, "error_streak"),
+        ({"decision": act([]), "checks": [], "iteration": 19, "iterations_left": 1}, "max_iterations"),
+        ({"decision": act([]), "checks": [], "iteration": 0}, None),
+        ({"decision": act([]), "checks": [], "iteration": 5, "iterations_left": 1}, "max_iterations"),
+        ({"decision": act([]), "checks": [], "iteration": 5, "consecutive_errors": 2}, None),
+        ({"decision": act([]), "checks": [], "iteration": 30, "iterations_left": 4}, None),
+    ],
+    ids=[
+        "answer-wins-on-last-round",
+        "dead-loop",
+        "error-streak",
+        "max-iterations",
+        "first-round",
+        "resumed-budget-spent",
+        "go-on",
+        "resumed-budget-left",
+    ],
+)
+def test_check_finish(state, reason):
+    update = frozen_call(check_finish, state, make_context(max_iterations=20, error_threshold=3))
+    left = state.get("iterations_left")
+    assert update.get("iterations_left", 0) == (20 if left is None else left) - 1 or reason == "answered"
+    assert update["finish_reason"] == reason
+    assert update["iteration"] == state.get("iteration", 0) + 1
+    if reason == "answered":
+        assert update["final_answer"] == "42"
+
+
+# circuit_break -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reason", "mentions"),
+    [
+        ("max_iterations", "no final answer after 4 rounds"),
+        ("error_streak", "3 errors in a row (the limit is 3). The last one: Error: boom"),
+        ("dead_loop", 'add{"a": 1}'),
+    ],
+    ids=["max-iterations", "error-streak", "dead-loop"],
+)
+def test_circuit_break_explains_the_reason_and_how_to_resume(reason, mentions):
+    state = {
+        "finish_reason": reason,
+        "iteration": 4,
+        "consecutive_errors": 3,
+        "messages": [ToolMessage("Error: boom", tool_call_id="c1", status="error")],
+        "checks": [
+            CallCheck(call_id="c1", name="add", args={}, signature='add{"a": 1}', error_kind="repeated_call", error="x")
+        ],
+    }
+    (message,) = frozen_call(circuit_break, state, make_context())["messages"]
+    assert mentions in message.content and "reinloop.resume" in message.content
+
+
+def test_nodes_take_only_tools_from_their_context():
+    # a registry can be passed where tools are expected
+    ctx = make_context(tools=ToolRegistry([add, explode]))
+    assert ctx.registry.names == ["add", "explode"]

@@ -1,0 +1,143 @@
+import json
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+from reinloop.protocols import JsonProtocol, ToolCallingProtocol, extract_json_object
+from reinloop.testing import json_action, parallel_calls, tool_call
+from reinloop.tools import ToolRegistry
+from tests.conftest import add, lookup
+
+REGISTRY = ToolRegistry([add, lookup])
+ACTION = {"thought": "t", "action": "add", "action_input": {"a": 1, "b": 2}}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        json.dumps(ACTION),
+        "```json\n" + json.dumps(ACTION) + "\n```",
+        "Sure, here is my action:\n```\n" + json.dumps(ACTION, indent=2) + "\n```\nHope that helps.",
+        "I will add them. " + json.dumps(ACTION) + " That is my decision.",
+        'Context {"note": "not the action"} then ' + json.dumps(ACTION),
+    ],
+    ids=["bare", "json-fence", "fence-in-prose", "inline-in-prose", "prefers-object-with-action"],
+)
+def test_extract_json_object_finds_the_action(text):
+    assert extract_json_object(text) == ACTION
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("", "empty"),
+        ("I think the answer is 4.", "no JSON object"),
+        ('{"action": "add", "action_input": {"a": 1,}}', "invalid JSON"),
+        ("{" * 10_000, "invalid JSON"),
+        ("x" * 200_000, "characters long"),
+    ],
+    ids=["empty", "prose-only", "trailing-comma", "brace-bomb", "runaway"],
+)
+def test_extract_json_object_says_what_is_wrong(text, error):
+    with pytest.raises(ValueError, match=error):
+        extract_json_object(text)
+
+
+def test_json_protocol_parses_a_tool_call_into_the_normal_form():
+    decision, stored = JsonProtocol().parse(AIMessage(json_action("add", {"a": 1, "b": 2})), REGISTRY)
+    assert decision["kind"] == "act"
+    (call,) = decision["calls"]
+    assert (call["name"], call["args"]) == ("add", {"a": 1, "b": 2})
+    assert stored.tool_calls[0]["id"] == call["id"]
+    assert stored.content == json_action("add", {"a": 1, "b": 2})
+
+
+@pytest.mark.parametrize(
+    ("action_input", "args"),
+    [
+        ("capital_of_france", {"key": "capital_of_france"}),
+        ('{"key": "empty"}', {"key": "empty"}),
+        (None, {}),
+    ],
+    ids=["bare-value-for-one-field-tool", "double-encoded-object", "missing-input"],
+)
+def test_json_protocol_normalizes_action_input(action_input, args):
+    decision, _ = JsonProtocol().parse(AIMessage(json_action("lookup", action_input)), REGISTRY)
+    assert decision["calls"][0]["args"] == args
+
+
+def test_json_protocol_rejects_a_bare_value_for_a_multi_field_tool():
+    decision, stored = JsonProtocol().parse(AIMessage(json_action("add", "1+2")), REGISTRY)
+    assert decision["kind"] == "unparsable"
+    assert "['a', 'b']" in decision["error"]
+    assert stored is None
+
+
+@pytest.mark.parametrize(
+    ("reply", "answer"),
+    [
+        (json_action("final_answer", "Paris"), "Paris"),
+        (json_action("final_answer", {"answer": "Paris"}), "Paris"),
+        (json_action("final_answer", 42), "42"),
+    ],
+    ids=["text", "answer-object", "number"],
+)
+def test_json_protocol_final_answer(reply, answer):
+    decision, stored = JsonProtocol().parse(AIMessage(reply), REGISTRY)
+    assert decision == {"kind": "answer", "calls": [], "answer": answer, "raw": None, "error": None}
+    assert stored is not None
+
+
+@pytest.mark.parametrize(
+    "reply",
+    ['{"thought": "hmm"}', json_action("final_answer", ""), '{"action": 3}'],
+    ids=["no-action", "empty-answer", "action-not-a-string"],
+)
+def test_json_protocol_unparsable_replies_keep_the_raw_text(reply):
+    decision, stored = JsonProtocol().parse(AIMessage(reply), REGISTRY)
+    assert decision["kind"] == "unparsable"
+    assert decision["raw"] == reply
+    assert stored is None
+
+
+def test_json_protocol_renders_the_window_as_text_turns():
+    call = tool_call("add", {"a": 1, "b": 2}, content='{"action": "add"}')
+    window = [call, ToolMessage("3", tool_call_id=call.tool_calls[0]["id"])]
+    rendered = JsonProtocol().render(window)
+    assert isinstance(rendered[0], AIMessage) and not rendered[0].tool_calls
+    assert isinstance(rendered[1], HumanMessage) and rendered[1].content == "Observation: 3"
+
+
+def test_json_protocol_instructions_list_tools_with_their_arguments():
+    text = JsonProtocol().instructions(REGISTRY)
+    assert "final_answer" in text
+    assert "- add: Add two integers." in text
+    assert '"a": {"title": "A", "type": "integer"}' in text
+
+
+def test_tool_calling_protocol_reads_calls_answers_and_failures():
+    protocol = ToolCallingProtocol()
+    decision, stored = protocol.parse(parallel_calls([("add", {"a": 1, "b": 2}), ("lookup", {"key": "x"})]), REGISTRY)
+    assert decision["kind"] == "act" and [c["name"] for c in decision["calls"]] == ["add", "lookup"]
+    assert stored.tool_calls == decision["calls"]
+
+    decision, stored = protocol.parse(AIMessage("The answer is 3."), REGISTRY)
+    assert decision["kind"] == "answer" and decision["answer"] == "The answer is 3."
+
+    bad = AIMessage(
+        "",
+        invalid_tool_calls=[{"type": "invalid_tool_call", "id": "1", "name": "add", "args": '{"a": 1,', "error": None}],
+    )
+    decision, stored = protocol.parse(bad, REGISTRY)
+    assert decision["kind"] == "unparsable" and '{"a": 1,' in decision["raw"] and stored is None
+
+    decision, stored = protocol.parse(AIMessage(""), REGISTRY)
+    assert decision["kind"] == "unparsable" and decision["error"] == "the reply is empty"
+
+
+def test_tool_calling_protocol_gives_missing_and_duplicate_call_ids_fresh_ones():
+    reply = parallel_calls([("add", {"a": 1, "b": 2}), ("add", {"a": 2, "b": 2})], ids=["same", "same"])
+    decision, stored = ToolCallingProtocol().parse(reply, REGISTRY)
+    ids = [call["id"] for call in decision["calls"]]
+    assert len(set(ids)) == 2 and all(ids)
+    assert [call["id"] for call in stored.tool_calls] == ids
