@@ -137,7 +137,7 @@ def test_a_real_success_resets_the_error_streak():
 
 def test_dead_loop_is_caught_before_the_offending_repeat_runs():
     fetch, runs = counting_tool()
-    agent, model = make_agent([tool_call("fetch", {"page": 1})] * 3, tools=[fetch], loop_window=3, max_repeats=2)
+    agent, _ = make_agent([tool_call("fetch", {"page": 1})] * 3, tools=[fetch], loop_window=3, max_repeats=2)
     result = agent.invoke({"task": "t"}, THREAD)
     assert result["finish_reason"] == "dead_loop"
     assert runs == [1, 1]  # the third identical call never ran
@@ -288,7 +288,7 @@ def test_a_model_without_tool_calling_needs_the_json_protocol():
 
 def test_a_model_string_without_credentials_is_a_clear_configuration_error(monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    with pytest.raises(ConfigurationError, match="cannot set up model 'openai:gpt-4o-mini'.*OPENAI_API_KEY"):
+    with pytest.raises(ConfigurationError, match=r"cannot set up model 'openai:gpt-4o-mini'.*OPENAI_API_KEY"):
         build_agent("openai:gpt-4o-mini", [add])
 
 
