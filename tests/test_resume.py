@@ -1,0 +1,141 @@
+"""Resume after a circuit break (fresh budget, hint) and after a crash (a killed process)."""
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from langchain_core.messages import HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
+
+from reinloop import ConfigurationError, ResumeError, build_agent, resume, sqlite_checkpointer
+from reinloop.testing import ScriptedChatModel, tool_call
+from tests.conftest import THREAD, add, make_agent
+
+WORKER = Path(__file__).with_name("crash_worker.py")
+
+
+def test_resume_after_max_iterations_with_a_fresh_budget_and_a_hint():
+    script = [tool_call("add", {"a": i, "b": 0}) for i in range(3)] + [tool_call("add", {"a": 9, "b": 9}), "18"]
+    agent, model = make_agent(script, max_iterations=3)
+    broken = agent.invoke({"task": "t"}, THREAD)
+    assert (broken["finish_reason"], broken["iteration"]) == ("max_iterations", 3)
+
+    result = resume(agent, THREAD, extra_iterations=2, hint="Add 9 and 9, then answer.")
+    assert (result["finish_reason"], result["final_answer"], result["iteration"]) == ("answered", "18", 5)
+    assert model.calls[3].messages[-1] == HumanMessage(
+        "Hint from the operator, who resumed this run after it stopped: Add 9 and 9, then answer.",
+        id=model.calls[3].messages[-1].id,
+    )
+
+
+def test_resume_budget_is_enforced_again():
+    agent, model = make_agent([tool_call("add", {"a": i, "b": 0}) for i in range(10)], max_iterations=2)
+    agent.invoke({"task": "t"}, THREAD)
+    result = resume(agent, THREAD, extra_iterations=3)
+    assert (result["finish_reason"], result["iteration"]) == ("max_iterations", 5)
+    assert len(model.calls) == 5
+    # without extra_iterations the agent's own max_iterations is the fresh budget
+    result = resume(agent, THREAD)
+    assert (result["finish_reason"], result["iteration"]) == ("max_iterations", 7)
+
+
+def test_resume_after_an_error_streak_clears_the_streak():
+    script = [tool_call("nope")] * 2 + [tool_call("add", {"a": 1, "b": 1}), "2"]
+    agent, _ = make_agent(script, error_threshold=2, loop_window=1)
+    assert agent.invoke({"task": "t"}, THREAD)["finish_reason"] == "error_streak"
+    result = resume(agent, THREAD)
+    assert (result["finish_reason"], result["consecutive_errors"]) == ("answered", 0)
+
+
+def test_resume_after_a_dead_loop_forgets_the_recent_calls():
+    script = [tool_call("add", {"a": 1, "b": 1})] * 3 + [tool_call("add", {"a": 1, "b": 1}), "2"]
+    agent, _ = make_agent(script)
+    assert agent.invoke({"task": "t"}, THREAD)["finish_reason"] == "dead_loop"
+    result = resume(agent, THREAD, hint="You already have the sum.")
+    assert result["finish_reason"] == "answered"
+
+
+@pytest.mark.parametrize(
+    ("setup", "config", "error", "message"),
+    [
+        ("none", {"configurable": {}}, ResumeError, "thread_id"),
+        ("none", {"configurable": {"thread_id": "never-ran"}}, ResumeError, "no saved state for thread 'never-ran'"),
+        ("answered", THREAD, ResumeError, "already answered"),
+        ("broken", {**THREAD, "extra": 0}, ConfigurationError, "extra_iterations must be at least 1"),
+    ],
+    ids=["no-thread-id", "unknown-thread", "answered-thread", "zero-extra"],
+)
+def test_resume_refuses_what_it_cannot_do(setup, config, error, message):
+    script = {"none": [], "answered": ["done"], "broken": [tool_call("nope")] * 3}[setup]
+    agent, _ = make_agent(script, loop_window=1)
+    if setup != "none":
+        agent.invoke({"task": "t"}, THREAD)
+    config = dict(config)
+    extra = config.pop("extra", None)
+    with pytest.raises(error, match=message):
+        resume(agent, config, extra_iterations=extra)
+
+
+def test_resume_without_a_checkpointer_is_a_clear_error():
+    agent = build_agent(ScriptedChatModel(replies=["x"]), [add])
+    with pytest.raises(ResumeError, match="cannot resume thread 'test-thread'"):
+        resume(agent, THREAD)
+
+
+def test_a_paused_thread_continues_where_it_stopped_but_takes_no_hint():
+    agent, _ = make_agent([tool_call("add", {"a": 1, "b": 1}), "2"], checkpointer=InMemorySaver())
+    agent.invoke({"task": "t"}, THREAD, interrupt_before=["execute_tool"])
+    assert agent.get_state(THREAD).next == ("execute_tool",)
+    with pytest.raises(ResumeError, match="stopped mid-step"):
+        resume(agent, THREAD, hint="hurry")
+    assert resume(agent, THREAD)["final_answer"] == "2"
+
+
+def _pending_tool_results(db: Path) -> list:
+    saver = sqlite_checkpointer(db)
+    try:
+        found = saver.get_tuple({"configurable": {"thread_id": "crash-test"}})
+        return (
+            [] if found is None else [value for _, channel, value in found.pending_writes if channel == "tool_results"]
+        )
+    finally:
+        saver.conn.close()
+
+
+def _wait_for(condition, what: str, process: subprocess.Popen, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if process.poll() is not None:
+            raise AssertionError(f"worker exited early waiting for {what}: {process.communicate()}")
+        if time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_resume_after_a_crash_inside_a_tool_does_not_rerun_completed_calls(tmp_path):
+    db, log, arm = tmp_path / "runs.sqlite", tmp_path / "tools.log", tmp_path / "hang.arm"
+    arm.touch()
+    args = [sys.executable, str(WORKER)]
+    paths = [str(db), str(log), str(arm)]
+    worker = subprocess.Popen([*args, "start", *paths], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # killed inside slow_step, after its sibling call record(2) has finished and been saved
+    _wait_for(lambda: arm.with_suffix(".entered").exists(), "slow_step to start", worker)
+    _wait_for(lambda: len(_pending_tool_results(db)) == 1, "record(2) to be saved", worker)
+    worker.kill()
+    worker.wait()
+    assert sorted(log.read_text().splitlines()) == ["record 1", "record 2", "slow 3"]
+
+    arm.unlink()
+    done = subprocess.run([*args, "resume", *paths], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {
+        "final_answer": "all steps done",
+        "finish_reason": "answered",
+    }
+    runs = log.read_text().splitlines()
+    assert runs.count("record 1") == 1 and runs.count("record 2") == 1  # completed calls were not run again
+    assert runs.count("slow 3") == 2  # the call that was cut off ran again, to completion

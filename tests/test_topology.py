@@ -1,0 +1,76 @@
+"""The graph's shape: a snapshot of the mermaid diagram, and offline drawing in every format."""
+
+from pathlib import Path
+
+import pytest
+
+from reinloop import ConfigurationError, build_agent, draw
+from reinloop.testing import ScriptedChatModel
+from tests.conftest import add
+
+SNAPSHOT = Path(__file__).parent / "snapshots" / "graph.mmd"
+
+
+@pytest.fixture(scope="module")
+def agent():
+    return build_agent(ScriptedChatModel(), [add])
+
+
+def test_mermaid_diagram_matches_the_snapshot(agent):
+    # To accept an intended change of topology: python -c "from tests.test_topology import write; write()"
+    assert draw(agent, "mermaid") == SNAPSHOT.read_text()
+
+
+def test_the_diagram_has_exactly_the_designed_edges(agent):
+    graph = agent.get_graph()
+    edges = {(e.source, e.target, e.conditional) for e in graph.edges}
+    assert edges == {
+        ("__start__", "decide", False),
+        ("decide", "validate_args", False),
+        ("validate_args", "decide", True),  # retry
+        ("validate_args", "execute_tool", True),
+        ("validate_args", "observe", True),  # error feedback
+        ("validate_args", "check_finish", True),  # final answer
+        ("execute_tool", "observe", False),
+        ("observe", "compress_memory", False),
+        ("compress_memory", "check_finish", False),
+        ("check_finish", "decide", True),
+        ("check_finish", "circuit_break", True),  # circuit break
+        ("check_finish", "__end__", True),
+        ("circuit_break", "__end__", False),
+    }
+
+
+def test_ascii_drawing(agent):
+    art = draw(agent, "ascii")
+    for node in ("decide", "validate_args", "execute_tool", "observe", "compress_memory", "check_finish"):
+        assert f"| {node} |" in art
+
+
+@pytest.mark.parametrize(("fmt", "magic"), [("png", b"\x89PNG"), ("svg", b"<svg")], ids=["png", "svg"])
+def test_images_are_rendered_locally_with_graphviz(agent, tmp_path, fmt, magic):
+    target = tmp_path / f"graph.{fmt}"
+    data = draw(agent, fmt, target)
+    assert magic in data[:400]
+    assert target.read_bytes() == data
+
+
+def test_dot_source_marks_conditional_edges_dashed(agent):
+    source = draw(agent, "dot")
+    assert "validate_args -> decide [style=dashed]" in source
+    assert "decide -> validate_args [style=solid]" in source
+
+
+def test_missing_graphviz_is_a_clear_error(agent, monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(ConfigurationError, match="apt-get install graphviz"):
+        draw(agent, "png")
+
+
+def test_unknown_format(agent):
+    with pytest.raises(ConfigurationError, match="unknown format 'gif'"):
+        draw(agent, "gif")
+
+
+def write() -> None:
+    SNAPSHOT.write_text(draw(build_agent(ScriptedChatModel(), [add]), "mermaid"))
