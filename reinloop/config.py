@@ -12,9 +12,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from reinloop.errors import ConfigurationError
 
-__all__ = ["DEFAULT_SYSTEM_PROMPT", "AgentConfig", "ProtocolName"]
+__all__ = ["DEFAULT_SYSTEM_PROMPT", "MAX_PARSE_RETRIES", "AgentConfig", "ProtocolName"]
 
 ProtocolName = Literal["tool_calling", "json"]
+
+# More immediate retries of an unparsable reply than this only burn tokens; the bound also bounds the graph
+# steps a round can take.
+MAX_PARSE_RETRIES = 5
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a careful assistant that solves the user's task with the tools provided. "
@@ -34,7 +38,10 @@ class AgentConfig(BaseModel):
         3, ge=1, description="Consecutive errors of any kind that trip the breaker; a real success resets."
     )
     max_parse_retries: int = Field(
-        1, ge=0, description="Immediate retries of an unparsable reply, each with a correction hint."
+        1,
+        ge=0,
+        le=MAX_PARSE_RETRIES,
+        description="Immediate retries of an unparsable reply, each with a correction hint.",
     )
     loop_window: int = Field(3, ge=1, description="Recent decisions searched for repeated identical calls.")
     max_repeats: int = Field(

@@ -25,7 +25,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
 from langgraph.types import RetryPolicy, Send
 
-from reinloop.config import AgentConfig
+from reinloop.config import MAX_PARSE_RETRIES, AgentConfig
 from reinloop.context import AgentContext
 from reinloop.errors import ConfigurationError
 from reinloop.models import is_transient, resolve_model
@@ -52,6 +52,7 @@ __all__ = [
     "VALIDATE_ARGS",
     "NodeName",
     "build_agent",
+    "recursion_limit",
     "route_after_check_finish",
     "route_after_validate_args",
 ]
@@ -66,6 +67,17 @@ OBSERVE: Final = "observe"
 COMPRESS_MEMORY: Final = "compress_memory"
 CHECK_FINISH: Final = "check_finish"
 CIRCUIT_BREAK: Final = "circuit_break"
+
+# The most LangGraph steps one round can take: decide and validate_args for the first try and every parse
+# retry, then execute_tool, observe, compress_memory, check_finish. Sizes the recursion limit, so that the
+# agent's own guards, not LangGraph's recursion error, end every run.
+MAX_STEPS_PER_ROUND = 2 * (1 + MAX_PARSE_RETRIES) + 4
+
+
+def recursion_limit(rounds: int) -> int:
+    """A LangGraph recursion limit that lets `rounds` rounds (plus a circuit break) run to the end."""
+    return (rounds + 1) * MAX_STEPS_PER_ROUND
+
 
 AfterValidateArgs = Literal["decide", "execute_tool", "observe", "check_finish"]
 AfterCheckFinish = Literal["decide", "circuit_break", "__end__"]
@@ -143,7 +155,8 @@ def build_agent(
     graph.add_edge(COMPRESS_MEMORY, CHECK_FINISH)
     graph.add_conditional_edges(CHECK_FINISH, route_after_check_finish)
     graph.add_edge(CIRCUIT_BREAK, END)
-    return graph.compile(checkpointer=checkpointer, store=store, name=name)
+    compiled = graph.compile(checkpointer=checkpointer, store=store, name=name)
+    return compiled.with_config(recursion_limit=recursion_limit(config.max_iterations))
 
 
 def _context(

@@ -9,7 +9,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 
 from reinloop.errors import ConfigurationError, ResumeError
-from reinloop.graph import CHECK_FINISH
+from reinloop.graph import CHECK_FINISH, recursion_limit
 
 __all__ = ["HINT_TEMPLATE", "resume"]
 
@@ -49,7 +49,7 @@ def resume(
                 f"thread {thread_id!r} stopped mid-step (at {', '.join(snapshot.next)}), not at a circuit "
                 "break; resume it without hint or extra_iterations"
             )
-        return agent.invoke(None, config, **invoke_kwargs)
+        return agent.invoke(None, _covering(config, agent, values.get("iterations_left")), **invoke_kwargs)
     reason = values.get("finish_reason")
     if reason == "answered":
         raise ResumeError(f"thread {thread_id!r} is already answered; invoke it with a new task instead")
@@ -67,4 +67,11 @@ def resume(
     if hint:
         update["messages"] = [HumanMessage(HINT_TEMPLATE.format(hint=hint))]
     resumed = agent.update_state(config, update, as_node=CHECK_FINISH)
-    return agent.invoke(None, resumed, **invoke_kwargs)
+    return agent.invoke(None, _covering(resumed, agent, extra_iterations), **invoke_kwargs)
+
+
+def _covering(config: RunnableConfig, agent: CompiledStateGraph, rounds: int | None) -> RunnableConfig:
+    """`config` with a recursion limit that lets `rounds` more rounds run (None: the agent's own budget)."""
+    if rounds is None or "recursion_limit" in config:
+        return config
+    return {**config, "recursion_limit": max(recursion_limit(rounds), agent.config.get("recursion_limit", 0))}

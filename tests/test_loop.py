@@ -312,3 +312,11 @@ def test_lookup_tool_exception_message_reaches_the_model():
 def test_explode_is_reported_not_raised():
     agent, _ = make_agent([tool_call("explode", {"reason": "r"}), "ok"], tools=[explode])
     assert agent.invoke({"task": "t"}, THREAD)["finish_reason"] == "answered"
+
+
+def test_the_iteration_guard_trips_before_langgraphs_recursion_limit():
+    # 1700 rounds take more than LangGraph's default 10,007 steps: the agent's own guard must end the run.
+    model = ScriptedChatModel(respond=lambda messages: tool_call("add", {"a": len(messages), "b": 0}))
+    agent = build_agent(model, [add], config=AgentConfig(max_iterations=1700, max_repeats=10_000))
+    result = agent.invoke({"task": "t"})
+    assert (result["finish_reason"], result["iteration"]) == ("max_iterations", 1700)

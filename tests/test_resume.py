@@ -139,3 +139,11 @@ def test_resume_after_a_crash_inside_a_tool_does_not_rerun_completed_calls(tmp_p
     runs = log.read_text().splitlines()
     assert runs.count("record 1") == 1 and runs.count("record 2") == 1  # completed calls were not run again
     assert runs.count("slow 3") == 2  # the call that was cut off ran again, to completion
+
+
+def test_a_long_resume_budget_is_not_cut_short_by_langgraphs_recursion_limit():
+    agent, _ = make_agent([tool_call("add", {"a": i, "b": 0}) for i in range(60)] + ["done"], max_iterations=3)
+    agent.invoke({"task": "t"}, THREAD)
+    # 57 more rounds are far more LangGraph steps than a 3-round agent needs
+    result = resume(agent, THREAD, extra_iterations=100)
+    assert (result["finish_reason"], result["iteration"]) == ("answered", 61)
