@@ -54,7 +54,7 @@ class ScriptedChatModel(BaseChatModel):
     function from the sent messages to a reply; `max_calls` then bounds how often it may be called.
     """
 
-    replies: list[Any] = Field(default_factory=list)
+    replies: list[Any] = Field(default_factory=list, repr=False)
     respond: Callable[[list[BaseMessage]], Reply] | None = None
     max_calls: int | None = None
 
