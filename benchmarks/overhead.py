@@ -2,21 +2,26 @@
 
 The model is the zero-latency scripted fake, so the figures are pure framework overhead: N iterations of
 one tool call each, then a final answer. Run: python benchmarks/overhead.py [--iterations 100 400]
-[--repeats 3]. Prints per-iteration milliseconds for both and the ratio reinloop / create_agent.
+[--repeats 3]. Prints per-iteration milliseconds for both and the ratio reinloop / create_agent, beside
+LangGraph's own floor for each graph's shape (a loop of no-op nodes: six steps per iteration like reinloop,
+two like create_agent).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import statistics
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypedDict
 
 from langchain.agents import create_agent
 from langchain_core.tools import tool
+from langgraph.graph import END, START, StateGraph
 
 from reinloop import AgentConfig, build_agent, sqlite_checkpointer
 from reinloop.testing import ScriptedChatModel, tool_call
@@ -46,6 +51,35 @@ def run_create_agent(iterations: int, checkpointer) -> None:
     assert result["messages"][-1].content == "done"
 
 
+class _Counter(TypedDict, total=False):
+    i: int
+    n: int
+    n_max: int
+
+
+def floor_graph(nodes: int):
+    """A loop of `nodes` no-op nodes: LangGraph's own cost per iteration for a graph of that shape."""
+    graph = StateGraph(_Counter)
+    names = [f"step{k}" for k in range(nodes)]
+    graph.add_node(names[0], lambda state: {"i": state.get("i", 0) + 1})
+    for name in names[1:]:
+        graph.add_node(name, lambda state: {"n": 1})
+    graph.add_edge(START, names[0])
+    for before, after in itertools.pairwise(names):
+        graph.add_edge(before, after)
+    graph.add_conditional_edges(names[-1], lambda state: END if state["i"] >= state["n_max"] else names[0])
+    return graph
+
+
+def run_floor(nodes: int) -> Callable[[int, object], None]:
+    def run(iterations: int, checkpointer) -> None:
+        app = floor_graph(nodes).compile(checkpointer=checkpointer)
+        app.invoke({"i": 0, "n_max": iterations}, {"configurable": {"thread_id": "bench"}, "recursion_limit": 10**6})
+
+    run.__name__ = f"floor{nodes}"
+    return run
+
+
 def timed(run: Callable[[int, object], None], iterations: int, storage: str, folder: Path) -> float:
     """Seconds per iteration for one fresh run (a new database file for each SQLite run)."""
     checkpointer = None
@@ -70,15 +104,24 @@ def main() -> None:
         folder = Path(tmp)
         run_reinloop(3, None)  # warm imports and caches for both
         run_create_agent(3, None)
-        print(f"{'iterations':>10} {'storage':>8} {'reinloop ms/it':>15} {'create_agent ms/it':>19} {'ratio':>6}")
+        runs = {
+            "reinloop": run_reinloop,
+            "create_agent": run_create_agent,
+            "floor 6 nodes": run_floor(6),  # reinloop's shape: six steps per iteration
+            "floor 2 nodes": run_floor(2),  # create_agent's shape: model, tools
+        }
+        print("ms per iteration (median); ratio = reinloop / create_agent; floor = LangGraph with no-op nodes")
+        print(f"{'iterations':>10} {'storage':>8} " + " ".join(f"{name:>13}" for name in runs) + f" {'ratio':>6}")
         for iterations in args.iterations:
             for storage in ("none", "sqlite"):
-                ours, theirs = [], []
-                for _ in range(args.repeats):  # interleaved, so machine noise hits both alike
-                    ours.append(timed(run_reinloop, iterations, storage, folder))
-                    theirs.append(timed(run_create_agent, iterations, storage, folder))
-                a, b = statistics.median(ours) * 1000, statistics.median(theirs) * 1000
-                print(f"{iterations:>10} {storage:>8} {a:>15.3f} {b:>19.3f} {a / b:>6.2f}")
+                times: dict[str, list[float]] = {name: [] for name in runs}
+                for _ in range(args.repeats):  # interleaved, so machine noise hits all alike
+                    for name, run in runs.items():
+                        times[name].append(timed(run, iterations, storage, folder) * 1000)
+                ms = {name: statistics.median(values) for name, values in times.items()}
+                ratio = ms["reinloop"] / ms["create_agent"]
+                cells = " ".join(f"{value:>13.3f}" for value in ms.values())
+                print(f"{iterations:>10} {storage:>8} {cells} {ratio:>6.2f}", flush=True)
 
 
 if __name__ == "__main__":
