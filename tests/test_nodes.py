@@ -120,6 +120,21 @@ def test_validate_args_rejects_bad_calls_with_actionable_feedback(name, args, ki
         assert text in checked["error"]
 
 
+def test_validate_args_lets_schemas_that_allow_extra_arguments_have_them():
+    from langchain_core.tools import StructuredTool
+    from pydantic import BaseModel, ConfigDict
+
+    class Options(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        query: str
+
+    search = StructuredTool.from_function(
+        lambda query, **kw: query, name="search", description="Search.", args_schema=Options
+    )
+    update = validate_args({"decision": act([call("search", {"query": "x", "lang": "en"})])}, make_context([search]))
+    assert update["checks"][0]["error_kind"] is None
+
+
 def test_validate_args_refuses_the_repeat_that_exceeds_max_repeats_within_the_window():
     ctx = make_context(loop_window=3, max_repeats=2)
     sig = 'add{"a": 1, "b": 2}'

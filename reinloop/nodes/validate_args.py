@@ -116,14 +116,15 @@ def _validate(entry: RegisteredTool, args: dict[str, Any]) -> tuple[list[str], d
     schema = entry.schema
     if schema is None:  # a tool described only by a JSON schema: its own invoke validates
         return [], args
-    known = {name for name, info in schema.model_fields.items()} | {
-        info.alias for info in schema.model_fields.values() if info.alias
-    }
-    problems = [
-        f"{key}: unexpected argument (expected one of {sorted(schema.model_fields)})"
-        for key in args
-        if key not in known
-    ]
+    problems = []
+    if not entry.extra_args:
+        # pydantic ignores unknown keys by default, which would hide a misspelled optional argument.
+        known = set(schema.model_fields) | {info.alias for info in schema.model_fields.values() if info.alias}
+        problems = [
+            f"{key}: unexpected argument (expected one of {sorted(schema.model_fields)})"
+            for key in args
+            if key not in known
+        ]
     try:
         validated = schema.model_validate(args)
     except ValidationError as exc:

@@ -44,6 +44,7 @@ class RegisteredTool:
     timeout_s: float | None  # None: the agent's tool_timeout_s
     schema: type[BaseModel] | None  # the arguments the model controls; None when the tool has no pydantic schema
     schema_json: dict[str, Any]  # the same as JSON schema, shown to the model
+    extra_args: bool  # whether the tool's own schema accepts arguments it does not declare
 
     @property
     def name(self) -> str:
@@ -85,7 +86,13 @@ class ToolRegistry:
         if timeout_s is not None and timeout_s <= 0:
             raise ConfigurationError(f"timeout_s for tool {name!r} must be positive, got {timeout_s!r}")
         schema, schema_json = _call_schema(lc_tool)
-        self._tools[name] = RegisteredTool(lc_tool, check_result, timeout_s, schema, schema_json)
+        own_schema = lc_tool.args_schema
+        extra_args = (
+            isinstance(own_schema, type)
+            and issubclass(own_schema, BaseModel)
+            and own_schema.model_config.get("extra") == "allow"
+        )
+        self._tools[name] = RegisteredTool(lc_tool, check_result, timeout_s, schema, schema_json, extra_args)
         return lc_tool
 
     def get(self, name: str) -> RegisteredTool | None:
