@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
+import uuid
 from collections.abc import Iterator
 
 import pytest
 from langchain_core.tools import ToolException, tool
 from langgraph.checkpoint.memory import InMemorySaver
 
-from reinloop import AgentConfig, build_agent
+from reinloop import AgentConfig, build_agent, sqlite_checkpointer
 from reinloop.context import AgentContext
 from reinloop.protocols import get_protocol
 from reinloop.testing import ScriptedChatModel
 from reinloop.tools import ToolRegistry
 
 THREAD = {"configurable": {"thread_id": "test-thread"}}
+# scripts/test.sh starts a local PostgreSQL with this database.
+POSTGRES_URL = os.environ.get(
+    "REINLOOP_TEST_POSTGRES_URL", "postgresql://postgres:postgres@127.0.0.1:5432/reinloop_test"
+)
 
 
 @tool
@@ -73,3 +80,38 @@ def make_context(tools=(add, lookup, explode), model=None, **config) -> AgentCon
     cfg = AgentConfig(**config)
     registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
     return AgentContext.create(cfg, registry, get_protocol(cfg.protocol), model or ScriptedChatModel())
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """The test PostgreSQL database: skipped where none runs, but required in CI."""
+    import psycopg
+
+    try:
+        psycopg.connect(POSTGRES_URL, connect_timeout=5).close()
+    except psycopg.OperationalError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI needs PostgreSQL at {POSTGRES_URL} (scripts/start-postgres.sh): {exc}")
+        pytest.skip(f"no PostgreSQL at {POSTGRES_URL}; run scripts/start-postgres.sh")
+    return POSTGRES_URL
+
+
+@contextlib.contextmanager
+def open_checkpointer(db: str):
+    """A checkpointer on a SQLite file path or a postgresql:// URL, closed afterwards."""
+    if db.startswith("postgresql://"):
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        with PostgresSaver.from_conn_string(db) as saver:
+            saver.setup()
+            yield saver
+    else:
+        saver = sqlite_checkpointer(db)
+        try:
+            yield saver
+        finally:
+            saver.conn.close()
+
+
+def new_thread() -> dict:
+    return {"configurable": {"thread_id": f"t-{uuid.uuid4().hex}"}}

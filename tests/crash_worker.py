@@ -1,6 +1,6 @@
 """A process that runs (or resumes) an agent on a SQLite checkpoint, for the crash-resume test.
 
-Usage: python crash_worker.py start|resume DB LOG ARM
+Usage: python crash_worker.py start|resume DB LOG ARM THREAD   (DB: a SQLite file, or a postgresql:// URL)
 Every tool run is appended to LOG. While the file ARM exists, `slow_step` announces itself by creating
 ARM.entered and then hangs, so the test can kill the process inside a tool.
 """
@@ -18,8 +18,8 @@ from langchain_core.tools import tool
 from reinloop import AgentConfig, build_agent, sqlite_checkpointer
 from reinloop.testing import ScriptedChatModel, parallel_calls, tool_call
 
-THREAD = {"configurable": {"thread_id": "crash-test"}}
-mode, db, log, arm = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
+mode, db, log, arm = sys.argv[1], sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4])
+THREAD = {"configurable": {"thread_id": sys.argv[5]}}
 
 
 def note(line: str) -> None:
@@ -56,12 +56,22 @@ def respond(messages):
     return SCRIPT[sum(isinstance(m, AIMessage) for m in messages)]
 
 
-saver = sqlite_checkpointer(db)
-agent = build_agent(
-    ScriptedChatModel(respond=respond, max_calls=3),
-    [record, slow_step],
-    config=AgentConfig(tool_timeout_s=120),
-    checkpointer=saver,
-)
-result = agent.invoke({"task": "run the steps"} if mode == "start" else None, THREAD)
-print(json.dumps({"final_answer": result.get("final_answer"), "finish_reason": result.get("finish_reason")}))
+def run(saver) -> None:
+    agent = build_agent(
+        ScriptedChatModel(respond=respond, max_calls=3),
+        [record, slow_step],
+        config=AgentConfig(tool_timeout_s=120),
+        checkpointer=saver,
+    )
+    result = agent.invoke({"task": "run the steps"} if mode == "start" else None, THREAD)
+    print(json.dumps({"final_answer": result.get("final_answer"), "finish_reason": result.get("finish_reason")}))
+
+
+if db.startswith("postgresql://"):
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    with PostgresSaver.from_conn_string(db) as postgres:
+        postgres.setup()
+        run(postgres)
+else:
+    run(sqlite_checkpointer(db))

@@ -10,9 +10,9 @@ import pytest
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
-from reinloop import ConfigurationError, ResumeError, build_agent, resume, sqlite_checkpointer
+from reinloop import ConfigurationError, ResumeError, build_agent, resume
 from reinloop.testing import ScriptedChatModel, tool_call
-from tests.conftest import THREAD, add, make_agent
+from tests.conftest import THREAD, add, make_agent, new_thread, open_checkpointer
 
 WORKER = Path(__file__).with_name("crash_worker.py")
 
@@ -94,15 +94,10 @@ def test_a_paused_thread_continues_where_it_stopped_but_takes_no_hint():
     assert resume(agent, THREAD)["final_answer"] == "2"
 
 
-def _pending_tool_results(db: Path) -> list:
-    saver = sqlite_checkpointer(db)
-    try:
-        found = saver.get_tuple({"configurable": {"thread_id": "crash-test"}})
-        return (
-            [] if found is None else [value for _, channel, value in found.pending_writes if channel == "tool_results"]
-        )
-    finally:
-        saver.conn.close()
+def _pending_tool_results(db: str, thread: dict) -> list:
+    with open_checkpointer(db) as saver:
+        found = saver.get_tuple(thread)
+    return [] if found is None else [value for _, channel, value in found.pending_writes if channel == "tool_results"]
 
 
 def _wait_for(condition, what: str, process: subprocess.Popen, timeout_s: float = 60.0) -> None:
@@ -116,15 +111,18 @@ def _wait_for(condition, what: str, process: subprocess.Popen, timeout_s: float 
         time.sleep(0.05)
 
 
-def test_resume_after_a_crash_inside_a_tool_does_not_rerun_completed_calls(tmp_path):
-    db, log, arm = tmp_path / "runs.sqlite", tmp_path / "tools.log", tmp_path / "hang.arm"
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_resume_after_a_crash_inside_a_tool_does_not_rerun_completed_calls(tmp_path, backend, request):
+    db = str(tmp_path / "runs.sqlite") if backend == "sqlite" else request.getfixturevalue("postgres_url")
+    log, arm = tmp_path / "tools.log", tmp_path / "hang.arm"
     arm.touch()
     args = [sys.executable, str(WORKER)]
-    paths = [str(db), str(log), str(arm)]
+    thread = new_thread()
+    paths = [db, str(log), str(arm), thread["configurable"]["thread_id"]]
     worker = subprocess.Popen([*args, "start", *paths], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # killed inside slow_step, after its sibling call record(2) has finished and been saved
     _wait_for(lambda: arm.with_suffix(".entered").exists(), "slow_step to start", worker)
-    _wait_for(lambda: len(_pending_tool_results(db)) == 1, "record(2) to be saved", worker)
+    _wait_for(lambda: len(_pending_tool_results(db, thread)) == 1, "record(2) to be saved", worker)
     worker.kill()
     worker.wait()
     assert sorted(log.read_text().splitlines()) == ["record 1", "record 2", "slow 3"]

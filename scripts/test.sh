@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Everything the tests need on a fresh Debian/Ubuntu machine (run as root), then the tests and the linter.
+# Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1
+if ! command -v dot >/dev/null || ! command -v pg_ctlcluster >/dev/null; then
+  apt-get update -q
+  apt-get install -y -q graphviz postgresql
+fi
+REINLOOP_TEST_POSTGRES_URL=$(bash scripts/start-postgres.sh | tail -1)
+export REINLOOP_TEST_POSTGRES_URL
+python3 -m venv .venv
+.venv/bin/pip install -q -e '.[dev]'
+.venv/bin/python -m pytest "$@"
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .

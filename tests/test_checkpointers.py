@@ -1,0 +1,59 @@
+"""The same run, break and resume on every kind of checkpointer users deploy: memory, SQLite, PostgreSQL."""
+
+import logging
+
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+
+from reinloop import AgentConfig, build_agent, resume
+from reinloop.testing import ScriptedChatModel, tool_call
+from tests.conftest import add, new_thread, open_checkpointer
+
+SCRIPT = [tool_call("add", {"a": n, "b": 1}) for n in range(3)] + [tool_call("nope"), "3 is the last sum"]
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def database(request, tmp_path):
+    if request.param == "memory":
+        return InMemorySaver()
+    if request.param == "sqlite":
+        return str(tmp_path / "runs.sqlite")
+    return request.getfixturevalue("postgres_url")
+
+
+def test_break_then_resume_in_a_new_agent_on_the_same_database(database, caplog):
+    caplog.set_level(logging.WARNING)
+    thread = new_thread()
+
+    def agent_on(saver):
+        model = ScriptedChatModel(
+            respond=lambda messages: SCRIPT[sum(m.type == "ai" and m.name != "circuit_break" for m in messages)]
+        )
+        return build_agent(model, [add], config=AgentConfig(max_iterations=2), checkpointer=saver)
+
+    def session(fn):
+        if isinstance(database, InMemorySaver):
+            return fn(agent_on(database))
+        with open_checkpointer(database) as saver:  # a fresh connection, as another process would open
+            return fn(agent_on(saver))
+
+    stopped = session(lambda agent: agent.invoke({"task": "add 1 to 0, 1, 2"}, thread))
+    assert (stopped["finish_reason"], stopped["iteration"]) == ("max_iterations", 2)
+
+    def check_saved(agent):
+        state = agent.get_state(thread)
+        assert state.next == ()
+        assert state.values["finish_reason"] == "max_iterations"
+        assert state.values["decision"]["kind"] == "act"  # records come back as plain data
+        return len(list(agent.get_state_history(thread)))
+
+    assert session(check_saved) > 2 * 6
+
+    finished = session(lambda agent: resume(agent, thread, extra_iterations=3))
+    assert (finished["finish_reason"], finished["final_answer"], finished["iteration"]) == (
+        "answered",
+        "3 is the last sum",
+        5,
+    )
+    assert finished["consecutive_errors"] == 1  # the unknown tool in between, carried in saved state
+    assert "unregistered" not in caplog.text  # state holds no custom types a strict serializer would refuse
