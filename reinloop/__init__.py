@@ -8,7 +8,7 @@ from reinloop.graph import build_agent
 from reinloop.protocols import DecisionProtocol, JsonProtocol, ToolCallingProtocol
 from reinloop.resume import resume
 from reinloop.state import FINISH_REASONS, AgentInput, AgentState, FinishReason
-from reinloop.tools import ToolRegistry, accept_any, reject_empty
+from reinloop.tools import ToolRegistry, accept_any, default_toolset, reject_empty
 
 __all__ = [
     "FINISH_REASONS",
@@ -25,6 +25,7 @@ __all__ = [
     "ToolRegistry",
     "accept_any",
     "build_agent",
+    "default_toolset",
     "draw",
     "reject_empty",
     "resume",

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import threading
 import uuid
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 from langchain_core.tools import ToolException, tool
@@ -115,3 +118,46 @@ def open_checkpointer(db: str):
 
 def new_thread() -> dict:
     return {"configurable": {"thread_id": f"t-{uuid.uuid4().hex}"}}
+
+
+class _WeatherHandler(BaseHTTPRequestHandler):
+    """A weather service on 127.0.0.1: Paris is fine, 'Slowtown' answers late, 'Crashville' fails."""
+
+    release = threading.Event()
+
+    def do_GET(self) -> None:
+        url = urlparse(self.path)
+        city = parse_qs(url.query).get("city", [""])[0]
+        if url.path != "/weather" or city == "Atlantis":
+            self._reply(404, {"error": "unknown city"})
+        elif city == "Slowtown":
+            self.release.wait(10)  # far beyond the client's timeout; released at teardown
+            self._reply(200, {"city": city, "temperature_c": 1.0, "condition": "late"})
+        elif city == "Crashville":
+            self._reply(500, {"error": "internal"})
+        else:
+            self._reply(200, {"city": city, "temperature_c": 18.5, "condition": "cloudy"})
+
+    def _reply(self, status: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture(scope="session")
+def weather_server() -> Iterator[str]:
+    """The base URL of a real HTTP weather service on 127.0.0.1."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _WeatherHandler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    _WeatherHandler.release.set()
+    server.shutdown()
+    server.server_close()

@@ -1,17 +1,44 @@
-"""Tools: the registry, safe execution with timeouts, and result checks."""
+"""Tools: the registry, safe execution with timeouts, result checks, and the seeds' toolset."""
 
+from reinloop.tools.calculator import CalculatorTool
+from reinloop.tools.clock import CurrentTimeTool, TimerTool
+from reinloop.tools.database import DEFAULT_TABLES, Database, DbInsertTool, DbQueryTool
 from reinloop.tools.execution import ToolTimeoutError, call_with_timeout, invoke_tool
+from reinloop.tools.files import FileReadTool, FileWriteTool, Workspace
+from reinloop.tools.financial import FinancialDataTool
 from reinloop.tools.registry import RegisteredTool, ToolRegistry, as_tool
 from reinloop.tools.results import ResultCheck, accept_any, reject_empty, to_observation
+from reinloop.tools.search import LocalCorpusSearch, SearchBackend, SearchHit, WebSearchTool
+from reinloop.tools.toolset import default_toolset
+from reinloop.tools.translate import TranslateTool
+from reinloop.tools.weather import WeatherTool
 
 __all__ = [
+    "DEFAULT_TABLES",
+    "CalculatorTool",
+    "CurrentTimeTool",
+    "Database",
+    "DbInsertTool",
+    "DbQueryTool",
+    "FileReadTool",
+    "FileWriteTool",
+    "FinancialDataTool",
+    "LocalCorpusSearch",
     "RegisteredTool",
     "ResultCheck",
+    "SearchBackend",
+    "SearchHit",
+    "TimerTool",
     "ToolRegistry",
     "ToolTimeoutError",
+    "TranslateTool",
+    "WeatherTool",
+    "WebSearchTool",
+    "Workspace",
     "accept_any",
     "as_tool",
     "call_with_timeout",
+    "default_toolset",
     "invoke_tool",
     "reject_empty",
     "to_observation",
