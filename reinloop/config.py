@@ -53,6 +53,19 @@ class AgentConfig(BaseModel):
     memory_capacity: int = Field(
         10, ge=1, description="Window entries (a decision with its results, or a note) kept in the prompt."
     )
+    observation_max_chars: int = Field(500, ge=50, description="Tool results are cut to this length, marked.")
+    thought_max_chars: int = Field(300, ge=20, description="The model's reasoning beside a tool call is cut to this.")
+    compress_every: int = Field(
+        5, ge=1, description="Entries evicted from the window that are folded into a summary at once."
+    )
+    summary_max_chars: int = Field(600, ge=100, description="Length limit of one summary of folded entries.")
+    recall_k: int = Field(2, ge=0, description="Long-term memories recalled into each prompt (needs a store).")
+    context_token_budget: int = Field(
+        6_000, ge=500, description="Tokens one model call may be sent: system prompt, tools, memory, window."
+    )
+    run_token_budget: int | None = Field(
+        None, ge=1, description="Tokens a whole run may use (prompts and replies); None for no limit."
+    )
     model_max_attempts: int = Field(
         3, ge=1, description="Attempts of a model call that fails with a transient (network) error."
     )

@@ -7,9 +7,11 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import Runnable
+from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from reinloop.config import AgentConfig
-from reinloop.protocols import DecisionProtocol
+from reinloop.memory.tokens import TokenCounter
+from reinloop.protocols import DecisionProtocol, ToolCallingProtocol
 from reinloop.tools.registry import ToolRegistry
 
 __all__ = ["AgentContext"]
@@ -24,11 +26,24 @@ class AgentContext:
     protocol: DecisionProtocol
     model: Runnable[Any, BaseMessage]  # the chat model as the protocol binds it
     system_prompt: str  # config.system_prompt plus the protocol's instructions
+    summarizer: Runnable[Any, BaseMessage] | None  # folds window entries into summaries; None: extractive only
+    counter: TokenCounter  # the model's tokenizer, offline
+    tool_tokens: int  # what the tool schemas sent beside the messages cost
 
     @classmethod
     def create(
-        cls, config: AgentConfig, registry: ToolRegistry, protocol: DecisionProtocol, chat_model: Any
+        cls,
+        config: AgentConfig,
+        registry: ToolRegistry,
+        protocol: DecisionProtocol,
+        chat_model: Any,
+        summarizer: Any = None,
     ) -> AgentContext:
         instructions = protocol.instructions(registry)
         system_prompt = f"{config.system_prompt}\n\n{instructions}" if instructions else config.system_prompt
-        return cls(config, registry, protocol, protocol.bind(chat_model, registry), system_prompt)
+        counter = TokenCounter(getattr(chat_model, "model_name", None) or getattr(chat_model, "model", None))
+        tool_tokens = 0
+        if isinstance(protocol, ToolCallingProtocol) and len(registry):
+            tool_tokens = counter.tools([convert_to_openai_tool(tool) for tool in registry.tools])
+        bound = protocol.bind(chat_model, registry)
+        return cls(config, registry, protocol, bound, system_prompt, summarizer, counter, tool_tokens)

@@ -38,6 +38,7 @@ from reinloop.nodes import (
     observe,
     validate_args,
 )
+from reinloop.prompt import assemble, prompt_tokens
 from reinloop.protocols import DecisionProtocol, get_protocol
 from reinloop.state import AgentInput, AgentState
 from reinloop.tools.registry import ToolRegistry
@@ -118,20 +119,25 @@ def build_agent(
     checkpointer: BaseCheckpointSaver | None = None,
     store: BaseStore | None = None,
     protocol: DecisionProtocol | None = None,
+    summary_model: BaseChatModel | str | None = None,
     name: str = "reinloop",
 ) -> CompiledStateGraph:
     """The agent loop as a compiled LangGraph graph. Invoke it with ``{"task": "..."}``.
 
     `model` is a LangChain chat model or a model string (``"openai:gpt-4o-mini"``); `tools` are LangChain
     tools, typed callables with docstrings, or a `ToolRegistry`. `protocol` overrides `config.protocol`
-    with a custom `DecisionProtocol`. Give a `checkpointer` to save every step (resume needs one).
+    with a custom `DecisionProtocol`. Give a `checkpointer` to save every step (resume needs one), and a
+    `store` with a semantic index (see `reinloop.memory.memory_store`) for long-term memory. Summaries of
+    folded window entries are written by `summary_model`, by default the agent's model.
     """
     if config is None:
         config = AgentConfig()
     elif not isinstance(config, AgentConfig):
         raise ConfigurationError(f"config must be an AgentConfig, got {type(config).__name__}")
     registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
-    ctx = _context(resolve_model(model), registry, config, protocol or get_protocol(config.protocol))
+    chat_model = resolve_model(model)
+    summarizer = resolve_model(summary_model) if summary_model is not None else chat_model
+    ctx = _context(chat_model, registry, config, protocol or get_protocol(config.protocol), summarizer)
 
     graph = StateGraph(AgentState, input_schema=AgentInput)
     model_retry = RetryPolicy(
@@ -160,12 +166,23 @@ def build_agent(
 
 
 def _context(
-    chat_model: BaseChatModel, registry: ToolRegistry, config: AgentConfig, protocol: DecisionProtocol
+    chat_model: BaseChatModel,
+    registry: ToolRegistry,
+    config: AgentConfig,
+    protocol: DecisionProtocol,
+    summarizer: BaseChatModel,
 ) -> AgentContext:
     try:
-        return AgentContext.create(config, registry, protocol, chat_model)
+        ctx = AgentContext.create(config, registry, protocol, chat_model, summarizer)
     except NotImplementedError:
         raise ConfigurationError(
             f"{type(chat_model).__name__} does not support native tool calling (bind_tools); "
             'use AgentConfig(protocol="json")'
         ) from None
+    fixed = prompt_tokens(ctx, assemble(ctx, "", []))
+    if fixed > config.context_token_budget // 2:
+        raise ConfigurationError(
+            f"the system prompt and tool schemas alone take {fixed} tokens, more than half of "
+            f"context_token_budget={config.context_token_budget}: raise the budget or use fewer tools"
+        )
+    return ctx

@@ -2,7 +2,8 @@
 
 A protocol binds the model, adds its instructions to the system prompt, renders the window for the model,
 and parses each reply into a `Decision`. Replies are stored in one normal form whatever the protocol: an
-`AIMessage` whose `tool_calls` hold the requested calls, answered by one `ToolMessage` each.
+`AIMessage` whose text is the model's reasoning and whose `tool_calls` hold the requested calls, answered
+by one `ToolMessage` each; a final answer is an `AIMessage` holding the answer.
 """
 
 from __future__ import annotations
@@ -138,7 +139,12 @@ class JsonProtocol(DecisionProtocol):
     def render(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
         rendered: list[BaseMessage] = []
         for message in messages:
-            if isinstance(message, AIMessage):
+            if isinstance(message, AIMessage) and message.tool_calls:
+                # Stored as the thought with native tool calls; shown back in the format the model writes.
+                call = message.tool_calls[0]
+                action = {"thought": message.text, "action": call["name"], "action_input": call["args"]}
+                rendered.append(AIMessage(content=json.dumps(action, ensure_ascii=False), id=message.id))
+            elif isinstance(message, AIMessage):
                 rendered.append(AIMessage(content=message.content, id=message.id))
             elif isinstance(message, ToolMessage):
                 rendered.append(HumanMessage(content=f"Observation: {message.text}", id=message.id))
@@ -153,8 +159,11 @@ class JsonProtocol(DecisionProtocol):
             decision = _decision_from_object(obj, registry)
         except ValueError as exc:
             return unparsable(text, str(exc)), None
-        stored = AIMessage(content=text, tool_calls=decision["calls"], id=reply.id)
-        return decision, stored
+        if decision["kind"] == "answer":
+            return decision, AIMessage(content=decision["answer"], id=reply.id)
+        thought = obj.get("thought")
+        thought = thought if isinstance(thought, str) else ""
+        return decision, AIMessage(content=thought, tool_calls=decision["calls"], id=reply.id)
 
 
 def extract_json_object(text: str) -> dict[str, Any]:

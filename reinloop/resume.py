@@ -10,6 +10,7 @@ from langgraph.graph.state import CompiledStateGraph
 
 from reinloop.errors import ConfigurationError, ResumeError
 from reinloop.graph import CHECK_FINISH, recursion_limit
+from reinloop.state import NO_USAGE
 
 __all__ = ["HINT_TEMPLATE", "resume"]
 
@@ -26,10 +27,10 @@ def resume(
 ) -> dict[str, Any]:
     """Continue the thread in `config` and return its final state.
 
-    A thread that ended in a circuit break gets a fresh budget (`extra_iterations` rounds, default the
-    agent's `max_iterations`), cleared error and loop counters, and the optional `hint` as a message to the
-    model. A thread interrupted mid-step (a crash) continues where its checkpoint stopped, like
-    ``agent.invoke(None, config)``; completed tool calls are not run again.
+    A thread that ended in a circuit break gets fresh budgets (`extra_iterations` rounds, by default the
+    agent's `max_iterations`, and a new `run_token_budget`), cleared error and loop counters, and the
+    optional `hint` as a message to the model. A thread interrupted mid-step (a crash) continues where its
+    checkpoint stopped, like ``agent.invoke(None, config)``; completed tool calls are not run again.
     """
     thread_id = (config.get("configurable") or {}).get("thread_id")
     if thread_id is None:
@@ -63,6 +64,7 @@ def resume(
         "parse_retries": 0,
         "recent_calls": [],
         "correction": None,
+        "usage": NO_USAGE,
     }
     if hint:
         update["messages"] = [HumanMessage(HINT_TEMPLATE.format(hint=hint))]

@@ -15,12 +15,15 @@ from langgraph.graph.message import add_messages
 
 __all__ = [
     "FINISH_REASONS",
+    "NO_USAGE",
     "AgentInput",
     "AgentState",
     "CallCheck",
+    "CallUsage",
     "Decision",
     "ErrorKind",
     "FinishReason",
+    "TokenUsage",
     "ToolOutcome",
     "act",
     "answer",
@@ -90,6 +93,28 @@ class ToolOutcome(TypedDict):
     error_kind: ErrorKind | None
 
 
+class TokenUsage(TypedDict):
+    """Tokens used by the model calls of a run (decisions and summaries)."""
+
+    model_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class CallUsage(TypedDict):
+    """One model call's tokens: the provider's report when it gives one, else reinloop's own count."""
+
+    node: str  # the node that made the call
+    prompt_tokens: int
+    completion_tokens: int
+    counted_prompt_tokens: int  # reinloop's tiktoken count of exactly what was sent
+    source: Literal["provider", "tiktoken"]
+
+
+NO_USAGE = TokenUsage(model_calls=0, prompt_tokens=0, completion_tokens=0, total_tokens=0)
+
+
 class AgentInput(TypedDict):
     """What a run starts from."""
 
@@ -126,3 +151,13 @@ class AgentState(TypedDict, total=False):
     final_answer: str | None
     # Why the run ended; written by check_finish, None while running.
     finish_reason: FinishReason | None
+    # Summaries of entries folded out of the window, most recent last (a few); compress_memory.
+    summaries: list[str]
+    # One-line digests of entries evicted from the window and not yet folded; compress_memory.
+    pending: list[str]
+    # Folds so far: numbers the summaries kept in the long-term store; compress_memory.
+    folds: int
+    # Tokens used since the run started or was resumed; decide and compress_memory add, a new run resets.
+    usage: TokenUsage
+    # The latest model call's tokens; written by decide and compress_memory.
+    last_call: CallUsage

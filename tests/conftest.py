@@ -73,16 +73,22 @@ def gate() -> Iterator[Gate]:
     g.released.set()
 
 
-def make_agent(replies, tools=(add, lookup, explode), checkpointer=None, **config):
+def make_agent(replies, tools=(add, lookup, explode), checkpointer=None, summary_model=None, **config):
     model = ScriptedChatModel(replies=list(replies))
-    agent = build_agent(model, list(tools), config=AgentConfig(**config), checkpointer=checkpointer or InMemorySaver())
+    agent = build_agent(
+        model,
+        list(tools),
+        config=AgentConfig(**config),
+        checkpointer=checkpointer or InMemorySaver(),
+        summary_model=summary_model,
+    )
     return agent, model
 
 
-def make_context(tools=(add, lookup, explode), model=None, **config) -> AgentContext:
+def make_context(tools=(add, lookup, explode), model=None, summarizer=None, **config) -> AgentContext:
     cfg = AgentConfig(**config)
     registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
-    return AgentContext.create(cfg, registry, get_protocol(cfg.protocol), model or ScriptedChatModel())
+    return AgentContext.create(cfg, registry, get_protocol(cfg.protocol), model or ScriptedChatModel(), summarizer)
 
 
 @pytest.fixture(scope="session")

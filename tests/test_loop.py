@@ -193,8 +193,8 @@ def test_every_model_call_sees_a_well_paired_bounded_window():
     )
     result = agent.invoke({"task": "t"}, THREAD)
     assert result["finish_reason"] == "answered"
-    # system + task + at most 4 entries of 1 call message and 3 results each
-    assert max(len(m) for m in seen) <= 2 + 4 * 4
+    # system + task + memory note + at most 4 entries of 1 call message and 3 results each
+    assert max(len(m) for m in seen) <= 3 + 4 * 4
 
 
 def test_a_new_task_on_a_finished_thread_starts_a_fresh_run():

@@ -36,7 +36,7 @@ def test_decide_sends_system_task_window_and_correction_and_stores_a_parsed_repl
     ctx = make_context(model=model)
     window = [HumanMessage("an earlier note", id="n1")]
     state = {"task": "add 1 and 2", "messages": window, "correction": "fix your JSON"}
-    update = frozen_call(decide, state, ctx)
+    update = frozen_call(decide, state, ctx, {})
     sent = model.calls[0].messages
     assert isinstance(sent[0], SystemMessage) and sent[0].content == ctx.system_prompt
     assert sent[1].content == "add 1 and 2"
@@ -51,7 +51,7 @@ def test_decide_sends_system_task_window_and_correction_and_stores_a_parsed_repl
 
 def test_decide_keeps_an_unparsable_reply_out_of_the_window():
     ctx = make_context(model=ScriptedChatModel(replies=["not json"]), protocol="json")
-    update = decide({"task": "t", "messages": []}, ctx)
+    update = decide({"task": "t", "messages": []}, ctx, {})
     assert update["decision"] == unparsable("not json", "the reply contains no JSON object")
     assert "messages" not in update
 
@@ -59,7 +59,7 @@ def test_decide_keeps_an_unparsable_reply_out_of_the_window():
 def test_decide_starts_a_new_run_on_a_finished_thread():
     ctx = make_context(model=ScriptedChatModel(replies=["done"]))
     state = {"task": "next task", "messages": [], "finish_reason": "answered", "iteration": 7, "consecutive_errors": 2}
-    update = decide(state, ctx)
+    update = decide(state, ctx, {})
     assert update["iteration"] == 0 and update["consecutive_errors"] == 0
     assert update["finish_reason"] is None and update["iterations_left"] is None
 
@@ -68,7 +68,7 @@ def test_decide_starts_a_new_run_on_a_finished_thread():
 def test_decide_without_a_task_is_a_developer_error(task):
     ctx = make_context()
     with pytest.raises(ValueError, match="task"):
-        decide({"task": task} if task is not None else {}, ctx)
+        decide({"task": task} if task is not None else {}, ctx, {})
 
 
 # validate_args -------------------------------------------------------------------------------------------
@@ -226,17 +226,54 @@ def test_observe_refuses_a_validated_call_without_an_outcome():
 # compress_memory -----------------------------------------------------------------------------------------
 
 
-def test_compress_memory_drops_whole_old_entries_beyond_capacity():
+def entries(count, result=lambda i: f"r{i}"):
     messages = []
-    for i in range(4):
-        messages.append(AIMessage("", id=f"a{i}", tool_calls=[call("add", {}, f"c{i}a"), call("add", {}, f"c{i}b")]))
-        messages.append(ToolMessage("r", tool_call_id=f"c{i}a", id=f"t{i}a"))
-        messages.append(ToolMessage("r", tool_call_id=f"c{i}b", id=f"t{i}b"))
-    update = frozen_call(compress_memory, {"messages": messages}, make_context(memory_capacity=2))
-    removed = [m.id for m in update["messages"]]
+    for i in range(count):
+        messages.append(
+            AIMessage("", id=f"a{i}", tool_calls=[call("add", {"i": i}, f"c{i}a"), call("add", {}, f"c{i}b")])
+        )
+        messages.append(ToolMessage(result(i), tool_call_id=f"c{i}a", id=f"t{i}a"))
+        messages.append(ToolMessage("same", tool_call_id=f"c{i}b", id=f"t{i}b"))
+    return messages
+
+
+def test_compress_memory_evicts_whole_old_entries_beyond_capacity_as_digests():
+    state = {"task": "t", "messages": entries(4)}
+    update = frozen_call(compress_memory, state, make_context(memory_capacity=2, compress_every=5), {})
     assert all(isinstance(m, RemoveMessage) for m in update["messages"])
-    assert removed == ["a0", "t0a", "t0b", "a1", "t1a", "t1b"]
-    assert compress_memory({"messages": messages[:6]}, make_context(memory_capacity=2)) == {}
+    assert [m.id for m in update["messages"]] == ["a0", "t0a", "t0b", "a1", "t1a", "t1b"]
+    assert update["pending"] == ['add({"i": 0}) -> r0; add({}) -> same', 'add({"i": 1}) -> r1; add({}) -> same']
+    assert compress_memory({"task": "t", "messages": entries(2)}, make_context(memory_capacity=2), {}) == {}
+
+
+def test_compress_memory_keeps_only_the_newest_of_repeated_observations():
+    state = {"task": "t", "messages": entries(3, result=lambda i: "identical")}
+    update = compress_memory(state, make_context(memory_capacity=10), {})
+    assert [m.id for m in update["messages"]] == ["a1", "t1a", "t1b", "a0", "t0a", "t0b"]
+    assert "pending" not in update  # a repeat is dropped, not folded: its newer copy is still in the window
+
+
+def test_compress_memory_folds_digests_with_the_summarizer():
+    summarizer = ScriptedChatModel(replies=[AIMessage("Added numbers 0 to 2.", usage_metadata={
+        "input_tokens": 50, "output_tokens": 6, "total_tokens": 56})])  # fmt: skip
+    ctx = make_context(memory_capacity=1, compress_every=3, summarizer=summarizer)
+    state = {"task": "sum things", "messages": entries(4), "summaries": ["older"], "folds": 4}
+    update = compress_memory(state, ctx, {})
+    assert update["summaries"] == ["older", "Added numbers 0 to 2."]
+    assert update["folds"] == 5 and update.get("pending", []) == []
+    assert update["last_call"]["source"] == "provider" and update["usage"]["total_tokens"] == 56
+    sent = summarizer.calls[0].messages[1].content
+    assert "sum things" in sent and 'add({"i": 2}) -> r2' in sent
+
+
+def test_compress_memory_survives_a_failing_summarizer():
+    ctx = make_context(
+        memory_capacity=1, compress_every=2, summarizer=ScriptedChatModel(replies=[ConnectionError("down")])
+    )
+    update = compress_memory({"task": "t", "messages": entries(3)}, ctx, {})
+    (summary,) = update["summaries"]
+    assert summary == '- add({"i": 0}) -> r0; add({}) -> same\n- add({"i": 1}) -> r1; add({}) -> same'
+    assert "usage" not in update
 
 
 # check_finish --------------------------------------------------------------------------------------------

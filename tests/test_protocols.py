@@ -43,13 +43,16 @@ def test_extract_json_object_says_what_is_wrong(text, error):
         extract_json_object(text)
 
 
-def test_json_protocol_parses_a_tool_call_into_the_normal_form():
-    decision, stored = JsonProtocol().parse(AIMessage(json_action("add", {"a": 1, "b": 2})), REGISTRY)
+def test_json_protocol_parses_a_tool_call_into_the_normal_form_and_renders_it_back():
+    reply = "Let me add.\n```json\n" + json_action("add", {"a": 1, "b": 2}, thought="1 plus 2") + "\n```"
+    decision, stored = JsonProtocol().parse(AIMessage(reply), REGISTRY)
     assert decision["kind"] == "act"
     (call,) = decision["calls"]
     assert (call["name"], call["args"]) == ("add", {"a": 1, "b": 2})
     assert stored.tool_calls[0]["id"] == call["id"]
-    assert stored.content == json_action("add", {"a": 1, "b": 2})
+    assert stored.content == "1 plus 2"  # the thought; the call is in tool_calls
+    (shown,) = JsonProtocol().render([stored])
+    assert json.loads(shown.content) == {"thought": "1 plus 2", "action": "add", "action_input": {"a": 1, "b": 2}}
 
 
 @pytest.mark.parametrize(
@@ -101,10 +104,12 @@ def test_json_protocol_unparsable_replies_keep_the_raw_text(reply):
 
 
 def test_json_protocol_renders_the_window_as_text_turns():
-    call = tool_call("add", {"a": 1, "b": 2}, content='{"action": "add"}')
-    window = [call, ToolMessage("3", tool_call_id=call.tool_calls[0]["id"])]
+    call = tool_call("add", {"a": 1, "b": 2}, content="adding")
+    window = [call, ToolMessage("3", tool_call_id=call.tool_calls[0]["id"]), AIMessage("The sum is 3.")]
     rendered = JsonProtocol().render(window)
     assert isinstance(rendered[0], AIMessage) and not rendered[0].tool_calls
+    assert json.loads(rendered[0].content)["action"] == "add"
+    assert rendered[2].content == "The sum is 3."
     assert isinstance(rendered[1], HumanMessage) and rendered[1].content == "Observation: 3"
 
 

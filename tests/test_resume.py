@@ -140,7 +140,9 @@ def test_resume_after_a_crash_inside_a_tool_does_not_rerun_completed_calls(tmp_p
 
 
 def test_a_long_resume_budget_is_not_cut_short_by_langgraphs_recursion_limit():
-    agent, _ = make_agent([tool_call("add", {"a": i, "b": 0}) for i in range(60)] + ["done"], max_iterations=3)
+    summaries = ScriptedChatModel(respond=lambda messages: "summary")
+    script = [tool_call("add", {"a": i, "b": 0}) for i in range(60)] + ["done"]
+    agent, _ = make_agent(script, max_iterations=3, summary_model=summaries)
     agent.invoke({"task": "t"}, THREAD)
     # 57 more rounds are far more LangGraph steps than a 3-round agent needs
     result = resume(agent, THREAD, extra_iterations=100)

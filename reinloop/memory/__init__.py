@@ -1,5 +1,22 @@
-"""Memory: the bounded short-term window."""
+"""Memory: the bounded short-term window, token counting, summaries, and long-term recall."""
 
-from reinloop.memory.window import pairing_violations, window_entries
+from reinloop.memory.long_term import default_embeddings, memory_namespace, memory_store, recall, remember
+from reinloop.memory.summary import extractive_summary, summarize
+from reinloop.memory.tokens import TokenCounter
+from reinloop.memory.window import digest, entry_key, pairing_violations, truncate, window_entries
 
-__all__ = ["pairing_violations", "window_entries"]
+__all__ = [
+    "TokenCounter",
+    "default_embeddings",
+    "digest",
+    "entry_key",
+    "extractive_summary",
+    "memory_namespace",
+    "memory_store",
+    "pairing_violations",
+    "recall",
+    "remember",
+    "summarize",
+    "truncate",
+    "window_entries",
+]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-__all__ = ["pairing_violations", "window_entries"]
+__all__ = ["digest", "entry_key", "pairing_violations", "truncate", "window_entries"]
 
 
 def window_entries(messages: Sequence[BaseMessage]) -> list[list[BaseMessage]]:
@@ -38,3 +40,34 @@ def pairing_violations(messages: Sequence[BaseMessage]) -> list[str]:
                 problems.append(f"tool call {call_id!r} has {count} results")
         problems.extend(f"tool result {rid!r} answers no call" for rid in answered if rid not in calls)
     return problems
+
+
+def truncate(text: str, max_chars: int) -> str:
+    """`text` cut to `max_chars`, with a visible marker saying how much was cut."""
+    if len(text) <= max_chars:
+        return text
+    return f"{text[:max_chars]} … [{len(text) - max_chars} more characters cut]"
+
+
+def entry_key(entry: Sequence[BaseMessage]) -> str:
+    """What makes two window entries the same memory: the content of their observations (or, for a note
+    without tool results, its text)."""
+    results = [message.text for message in entry[1:]] or [entry[0].text]
+    return hashlib.sha1("\x1f".join(results).encode()).hexdigest()
+
+
+def digest(entry: Sequence[BaseMessage], max_chars: int = 300) -> str:
+    """One line that keeps the gist of a window entry: the calls made and what they returned."""
+    head, results = entry[0], entry[1:]
+    if isinstance(head, AIMessage) and head.tool_calls:
+        by_id = {result.tool_call_id: result for result in results if isinstance(result, ToolMessage)}
+        parts = []
+        for call in head.tool_calls:
+            result = by_id.get(call["id"])
+            args = json.dumps(call["args"], ensure_ascii=False)
+            outcome = "no result" if result is None else " ".join(result.text.split())
+            parts.append(f"{call['name']}({args}) -> {outcome}")
+        line = "; ".join(parts)
+    else:
+        line = f"{head.type}: {' '.join(head.text.split())}"
+    return truncate(line, max_chars)

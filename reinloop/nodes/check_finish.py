@@ -1,9 +1,9 @@
 """check_finish: count the round and decide whether the run goes on.
 
-Reads `decision`, `checks`, `consecutive_errors`, `iteration`, `iterations_left`. Writes `iteration`,
+Reads `decision`, `checks`, `consecutive_errors`, `usage`, `iteration`, `iterations_left`. Writes `iteration`,
 `iterations_left`, `finish_reason` and `final_answer` (None unless answered). Outcomes, in priority order:
-answered; dead_loop (a repeated call was refused this round, before it ran); error_streak;
-max_iterations; or go on (`finish_reason` None).
+answered; dead_loop (a repeated call was refused this round, before it ran); error_streak; token_budget
+(`usage` reached `run_token_budget`); max_iterations; or go on (`finish_reason` None).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from reinloop.context import AgentContext
-from reinloop.state import AgentState, FinishReason
+from reinloop.state import NO_USAGE, AgentState, FinishReason
 
 __all__ = ["check_finish"]
 
@@ -23,11 +23,14 @@ def check_finish(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
         return {"iteration": iteration, "final_answer": decision["answer"], "finish_reason": "answered"}
     left = state.get("iterations_left")
     left = (ctx.config.max_iterations if left is None else left) - 1
+    budget = ctx.config.run_token_budget
     reason: FinishReason | None = None
     if any(check["error_kind"] == "repeated_call" for check in state.get("checks", [])):
         reason = "dead_loop"
     elif state.get("consecutive_errors", 0) >= ctx.config.error_threshold:
         reason = "error_streak"
+    elif budget is not None and state.get("usage", NO_USAGE)["total_tokens"] >= budget:
+        reason = "token_budget"
     elif left <= 0:
         reason = "max_iterations"
     return {"iteration": iteration, "iterations_left": left, "finish_reason": reason, "final_answer": None}

@@ -12,7 +12,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, ToolMessage
 
 from reinloop.context import AgentContext
-from reinloop.state import AgentState
+from reinloop.state import NO_USAGE, AgentState
 
 __all__ = ["BREAK_TEMPLATES", "RESUME_ADVICE", "circuit_break"]
 
@@ -23,7 +23,7 @@ BREAK_TEMPLATES: dict[str, str] = {
         "Stopped: a dead loop. The same call was requested more than {max_repeats} times within "
         "{loop_window} decisions: {repeated}"
     ),
-    "token_budget": "Stopped: the run used up its token budget after {iteration} rounds.",
+    "token_budget": "Stopped: the run used {tokens} tokens after {iteration} rounds (the budget is {budget}).",
 }
 RESUME_ADVICE = (
     " The state is saved: resume this thread with reinloop.resume(agent, config, extra_iterations=..., "
@@ -39,6 +39,8 @@ def circuit_break(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
         raise RuntimeError(f"circuit_break reached with finish_reason={reason!r}")
     text = BREAK_TEMPLATES[reason].format(
         iteration=state.get("iteration", 0),
+        tokens=state.get("usage", NO_USAGE)["total_tokens"],
+        budget=ctx.config.run_token_budget,
         errors=state.get("consecutive_errors", 0),
         threshold=ctx.config.error_threshold,
         last_error=_last_error(state),

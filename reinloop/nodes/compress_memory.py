@@ -1,25 +1,107 @@
-"""compress_memory: keep the short-term window bounded.
+"""compress_memory: keep the short-term window bounded and fold what leaves it into summaries.
 
-Reads `messages`. Writes `messages` (removals only): the oldest window entries beyond
-`config.memory_capacity` are dropped whole, so a tool call never loses its result.
+Reads `messages`, `pending`, `summaries`, `folds`, `usage`. Writes `messages` (removals only), `pending`,
+and on a fold `summaries`, `folds`, `usage`, `last_call`, plus one summary in the long-term store.
+Window entries (a decision with its results, or a note) are kept or dropped whole, so a tool call never
+loses its result:
+1. LRU: an entry whose observations repeat those of a newer entry is dropped; the newer one stays.
+2. Entries beyond `memory_capacity`, oldest first, leave the window as one-line digests (`pending`), and so
+   do more while the next prompt would exceed `context_token_budget`.
+3. Every `compress_every` digests, or at once when over budget, the digests are folded into a summary by
+   the summarizer model; a failing summarizer falls back to the digests themselves.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
-from langchain_core.messages import RemoveMessage
+from langchain_core.messages import BaseMessage, RemoveMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.store.base import BaseStore
 
 from reinloop.context import AgentContext
-from reinloop.memory.window import window_entries
-from reinloop.state import AgentState
+from reinloop.memory.long_term import memory_namespace, remember
+from reinloop.memory.summary import summarize
+from reinloop.memory.window import digest, entry_key, window_entries
+from reinloop.nodes.decide import add_usage, call_usage
+from reinloop.prompt import assemble, prompt_tokens
+from reinloop.state import NO_USAGE, AgentState
 
-__all__ = ["compress_memory"]
+__all__ = ["SUMMARIES_KEPT", "compress_memory"]
+
+# Summaries shown in the prompt; older ones stay in the long-term store, where recall finds them.
+SUMMARIES_KEPT = 2
+# Characters per token assumed for memories that recall may add to the next prompt (conservative).
+CHARS_PER_TOKEN = 3
 
 
-def compress_memory(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
+def compress_memory(
+    state: AgentState,
+    ctx: AgentContext,
+    config: RunnableConfig,
+    store: Optional[BaseStore] = None,  # noqa: UP045 - LangGraph injects the store by this exact annotation
+) -> dict[str, Any]:
+    settings = ctx.config
     entries = window_entries(state.get("messages", []))
-    excess = len(entries) - ctx.config.memory_capacity
-    if excess <= 0:
-        return {}
-    return {"messages": [RemoveMessage(id=message.id) for entry in entries[:excess] for message in entry]}
+    kept, dropped = _latest_of_each(entries)
+    evicted = kept[: max(0, len(kept) - settings.memory_capacity)]
+    kept = kept[len(evicted) :]
+    pending = [*(state.get("pending") or []), *(digest(entry) for entry in evicted)]
+    summaries = list(state.get("summaries") or [])
+    while _next_prompt_tokens(state, ctx, kept, summaries, pending) > settings.context_token_budget and len(kept) > 1:
+        evicted.append(kept.pop(0))
+        pending.append(digest(evicted[-1]))
+    over_budget = _next_prompt_tokens(state, ctx, kept, summaries, pending) > settings.context_token_budget
+
+    update: dict[str, Any] = {}
+    if len(pending) >= settings.compress_every or (pending and over_budget):
+        folded = summarize(ctx.summarizer, state["task"], pending, settings.summary_max_chars)
+        folds = state.get("folds", 0) + 1
+        summaries = [*summaries, folded.text][-SUMMARIES_KEPT:]
+        if store is not None:
+            remember(
+                store,
+                memory_namespace(config),
+                f"summary-{folds:06d}",
+                folded.text,
+                iteration=state.get("iteration", 0),
+                by_model=folded.by_model,
+            )
+        update.update(summaries=summaries, folds=folds)
+        if folded.reply is not None:
+            last_call = call_usage("compress_memory", folded.reply, ctx.counter.messages(folded.prompt), ctx)
+            update.update(last_call=last_call, usage=add_usage(state.get("usage", NO_USAGE), last_call))
+        pending = []
+    if pending != (state.get("pending") or []):
+        update["pending"] = pending
+    removed = [message for entry in (*dropped, *evicted) for message in entry]
+    if removed:
+        update["messages"] = [RemoveMessage(id=message.id) for message in removed]
+    return update
+
+
+def _latest_of_each(entries: list[list[BaseMessage]]) -> tuple[list[list[BaseMessage]], list[list[BaseMessage]]]:
+    """Entries in order with repeats removed (the newest copy kept), and the removed repeats."""
+    seen: set[str] = set()
+    kept: list[list[BaseMessage]] = []
+    dropped: list[list[BaseMessage]] = []
+    for entry in reversed(entries):
+        key = entry_key(entry)
+        (dropped if key in seen else kept).append(entry)
+        seen.add(key)
+    kept.reverse()
+    return kept, dropped
+
+
+def _next_prompt_tokens(
+    state: AgentState,
+    ctx: AgentContext,
+    kept: list[list[BaseMessage]],
+    summaries: list[str],
+    pending: list[str],
+) -> int:
+    """What the next decision's prompt will cost, with room for the memories recall may add."""
+    window = [message for entry in kept for message in entry]
+    prompt = assemble(ctx, state["task"], window, summaries=summaries, pending=pending)
+    recall_room = ctx.config.recall_k * ctx.config.summary_max_chars // CHARS_PER_TOKEN
+    return prompt_tokens(ctx, prompt) + recall_room

@@ -1,21 +1,29 @@
-"""decide: ask the model for the next decision.
+"""decide: ask the model for the next decision, within the context token budget.
 
-Reads `task`, `messages` (the window), `correction`. Writes `decision`, `correction` (cleared) and, when
-the reply parses, appends it to `messages`. Outcomes: an "act" or "answer" decision, or an "unparsable"
-one whose raw text stays out of the window (validate_args chooses between a retry and error feedback).
-A thread whose previous run finished starts a new run here: its per-run counters are reset.
+Reads `task`, `messages` (the window), `summaries`, `pending`, `correction`, `usage`, and recalls
+long-term memories from the store. Writes `decision`, `correction` (cleared), `last_call`, `usage` and,
+when the reply parses, appends it to `messages` with its thought cut to `thought_max_chars`. Outcomes: an
+"act" or "answer" decision, or an "unparsable" one whose raw text stays out of the window (validate_args
+chooses between a retry and error feedback). Before the call it checks that every tool call in the window
+has its result, and cuts the prompt harder if it is still over budget. A thread whose previous run
+finished starts a new run here: its per-run counters are reset.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.store.base import BaseStore
 
 from reinloop.context import AgentContext
-from reinloop.state import AgentState
+from reinloop.memory.long_term import memory_namespace, recall
+from reinloop.memory.window import pairing_violations, truncate
+from reinloop.prompt import assemble, fit_to_budget, prompt_tokens
+from reinloop.state import NO_USAGE, AgentState, CallUsage, TokenUsage
 
-__all__ = ["decide"]
+__all__ = ["add_usage", "build_prompt", "call_usage", "decide"]
 
 # Per-run counters, reset when a finished thread receives a new task.
 _NEW_RUN: dict[str, Any] = {
@@ -26,30 +34,96 @@ _NEW_RUN: dict[str, Any] = {
     "recent_calls": [],
     "final_answer": None,
     "finish_reason": None,
+    "usage": NO_USAGE,
 }
+# The latest observation is cut to this length when it joins the task in the recall query.
+RECALL_QUERY_CHARS = 1_000
 
 
-def decide(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
+def decide(
+    state: AgentState,
+    ctx: AgentContext,
+    config: RunnableConfig,
+    store: Optional[BaseStore] = None,  # noqa: UP045 - LangGraph injects the store by this exact annotation
+) -> dict[str, Any]:
     task = state.get("task")
     if not isinstance(task, str) or not task.strip():
         raise ValueError('the agent needs a task: invoke it with {"task": "..."}')
-    reply = ctx.model.invoke(build_prompt(state, ctx))
+    new_run = state.get("finish_reason") is not None
+    prompt = build_prompt(state, ctx, _recall(state, ctx, config, store))
+    counted = prompt_tokens(ctx, prompt)
+    reply = ctx.model.invoke(prompt)
     decision, stored = ctx.protocol.parse(reply, ctx.registry)
+    last_call = call_usage("decide", reply, counted, ctx)
+    usage = NO_USAGE if new_run else state.get("usage", NO_USAGE)
     update: dict[str, Any] = {"decision": decision, "correction": None}
     if stored is not None:
-        update["messages"] = [stored]
-    if state.get("finish_reason") is not None:
+        update["messages"] = [_short_thought(stored, ctx.config.thought_max_chars)]
+    if new_run:
         update.update(_NEW_RUN)
+    update["last_call"] = last_call
+    update["usage"] = add_usage(usage, last_call)
     return update
 
 
-def build_prompt(state: AgentState, ctx: AgentContext) -> list[BaseMessage]:
-    """Exactly what the model is sent: system prompt, task, rendered window, pending correction."""
-    prompt: list[BaseMessage] = [
-        SystemMessage(ctx.system_prompt),
-        HumanMessage(state["task"]),
-        *ctx.protocol.render(state.get("messages", [])),
-    ]
-    if correction := state.get("correction"):
-        prompt.append(HumanMessage(correction))
-    return prompt
+def build_prompt(state: AgentState, ctx: AgentContext, memories: list[str] = ()) -> list[BaseMessage]:
+    """Exactly what the model is sent, cut to the context token budget if needed."""
+    window = state.get("messages", [])
+    if problems := pairing_violations(window):
+        raise RuntimeError(f"the window breaks the call/result pairing: {'; '.join(problems)}")
+    prompt = assemble(
+        ctx,
+        state["task"],
+        window,
+        summaries=state.get("summaries") or [],
+        pending=state.get("pending") or [],
+        memories=memories,
+        correction=state.get("correction"),
+    )
+    return fit_to_budget(ctx, prompt)
+
+
+def call_usage(node: str, reply: BaseMessage, counted_prompt: int, ctx: AgentContext) -> CallUsage:
+    """The provider's token report for `reply` when it has one, else reinloop's own count."""
+    reported = getattr(reply, "usage_metadata", None)
+    if reported and reported.get("input_tokens") is not None:
+        return CallUsage(
+            node=node,
+            prompt_tokens=int(reported["input_tokens"]),
+            completion_tokens=int(reported.get("output_tokens") or 0),
+            counted_prompt_tokens=counted_prompt,
+            source="provider",
+        )
+    return CallUsage(
+        node=node,
+        prompt_tokens=counted_prompt,
+        completion_tokens=ctx.counter.message(reply),
+        counted_prompt_tokens=counted_prompt,
+        source="tiktoken",
+    )
+
+
+def add_usage(usage: TokenUsage, call: CallUsage) -> TokenUsage:
+    return TokenUsage(
+        model_calls=usage["model_calls"] + 1,
+        prompt_tokens=usage["prompt_tokens"] + call["prompt_tokens"],
+        completion_tokens=usage["completion_tokens"] + call["completion_tokens"],
+        total_tokens=usage["total_tokens"] + call["prompt_tokens"] + call["completion_tokens"],
+    )
+
+
+def _recall(state: AgentState, ctx: AgentContext, config: RunnableConfig, store: BaseStore | None) -> list[str]:
+    if store is None or ctx.config.recall_k <= 0:
+        return []
+    latest = next((m.text for m in reversed(state.get("messages", [])) if isinstance(m, ToolMessage)), "")
+    query = f"{state['task']}\n{latest[:RECALL_QUERY_CHARS]}"
+    memories = recall(store, memory_namespace(config), query, ctx.config.recall_k)
+    return [truncate(text, ctx.config.summary_max_chars) for text in memories]
+
+
+def _short_thought(message: AIMessage, max_chars: int) -> AIMessage:
+    # Only the reasoning beside tool calls is cut: a final answer is kept whole. List content (provider
+    # blocks, e.g. signed reasoning) is left as is, since changing it can invalidate it.
+    if message.tool_calls and isinstance(message.content, str) and len(message.content) > max_chars:
+        return message.model_copy(update={"content": truncate(message.content, max_chars)})
+    return message

@@ -1,0 +1,67 @@
+"""Folding window entries into a summary: by a chat model, with an extractive fallback.
+
+A summarizer that fails (an exception, an empty reply) never ends the run: the digests of the folded
+entries, cut to length, are the summary instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.runnables import Runnable
+from langgraph.errors import GraphBubbleUp
+
+from reinloop.memory.window import truncate
+
+__all__ = ["SUMMARY_PROMPT", "Folded", "extractive_summary", "summarize"]
+
+SUMMARY_PROMPT = (
+    "You keep the memory of an AI agent that works on a task with tools. Summarize the agent's steps below "
+    "in at most {words} words. Keep every fact it learned (numbers, names, dates, file paths, ids), what it "
+    "changed, and what failed and why. Leave out chatter. Reply with the summary only."
+)
+
+
+class Folded:
+    """The result of a fold: the summary text, whether the model wrote it, and the model call made."""
+
+    __slots__ = ("by_model", "prompt", "reply", "text")
+
+    def __init__(self, text: str, by_model: bool, prompt: list[BaseMessage], reply: AIMessage | None) -> None:
+        self.text, self.by_model, self.prompt, self.reply = text, by_model, prompt, reply
+
+
+def extractive_summary(lines: Sequence[str], max_chars: int) -> str:
+    """The digests themselves, most recent kept whole when they do not all fit."""
+    kept: list[str] = []
+    size = 0
+    for line in reversed(lines):
+        if size + len(line) + 3 > max_chars and kept:
+            break
+        kept.append(line)
+        size += len(line) + 3
+    text = "\n".join(f"- {line}" for line in reversed(kept))
+    return truncate(text, max_chars)
+
+
+def summarize(model: Runnable[Any, Any] | None, task: str, lines: Sequence[str], max_chars: int) -> Folded:
+    """A summary of the digests `lines`, at most `max_chars` long."""
+    prompt: list[BaseMessage] = [
+        SystemMessage(SUMMARY_PROMPT.format(words=max(20, max_chars // 7))),
+        HumanMessage(f"The task: {task}\n\nThe steps:\n" + "\n".join(f"- {line}" for line in lines)),
+    ]
+    if model is None:
+        return Folded(extractive_summary(lines, max_chars), False, prompt, None)
+    try:
+        reply = model.invoke(prompt)
+        text = reply.text.strip() if isinstance(reply, BaseMessage) else str(reply).strip()
+        if not text:
+            raise ValueError("the summarizer returned nothing")
+    except GraphBubbleUp:
+        raise
+    except Exception:
+        # Any failure of the summarizer (network, quota, a bad reply) degrades to the extractive summary.
+        return Folded(extractive_summary(lines, max_chars), False, prompt, None)
+    return Folded(truncate(text, max_chars), True, prompt, reply if isinstance(reply, AIMessage) else None)

