@@ -11,6 +11,8 @@ fi
 REINLOOP_TEST_POSTGRES_URL=$(bash scripts/start-postgres.sh | tail -1)
 export REINLOOP_TEST_POSTGRES_URL
 python3 -m venv .venv
+# torch first, pinned: this version is a CPU build here, while an unpinned torch pulls a CUDA build.
+.venv/bin/pip install -q torch==2.13.0
 .venv/bin/pip install -q -e '.[dev]'
 .venv/bin/python -m pytest "$@"
 .venv/bin/ruff check .

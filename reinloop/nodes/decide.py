@@ -116,8 +116,8 @@ def _recall(state: AgentState, ctx: AgentContext, config: RunnableConfig, store:
     if store is None or ctx.config.recall_k <= 0:
         return []
     latest = next((m.text for m in reversed(state.get("messages", [])) if isinstance(m, ToolMessage)), "")
-    query = f"{state['task']}\n{latest[:RECALL_QUERY_CHARS]}"
-    memories = recall(store, memory_namespace(config), query, ctx.config.recall_k)
+    queries = [state["task"], latest[:RECALL_QUERY_CHARS]]
+    memories = recall(store, memory_namespace(config), queries, ctx.config.recall_k)
     return [truncate(text, ctx.config.summary_max_chars) for text in memories]
 
 

