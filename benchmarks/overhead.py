@@ -40,7 +40,10 @@ def script(iterations: int) -> list:
 
 def run_reinloop(iterations: int, checkpointer) -> None:
     config = AgentConfig(max_iterations=iterations + 1)
-    agent = build_agent(ScriptedChatModel(replies=script(iterations)), [add], config=config, checkpointer=checkpointer)
+    # Folding the window into summaries is part of reinloop's loop: a zero-latency summarizer does it.
+    summaries = ScriptedChatModel(respond=lambda messages: "Earlier steps: added numbers.")
+    model = ScriptedChatModel(replies=script(iterations))
+    agent = build_agent(model, [add], config=config, checkpointer=checkpointer, summary_model=summaries)
     result = agent.invoke({"task": "add"}, {"configurable": {"thread_id": "bench"}})
     assert result["finish_reason"] == "answered" and result["iteration"] == iterations + 1
 

