@@ -45,7 +45,7 @@ def assemble(
     prompt.extend(ctx.protocol.render(window))
     if correction:
         prompt.append(HumanMessage(correction))
-    return prompt
+    return ctx.protocol.finalize(prompt)
 
 
 def prompt_tokens(ctx: AgentContext, prompt: Sequence[BaseMessage]) -> int:

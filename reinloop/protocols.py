@@ -69,6 +69,10 @@ class DecisionProtocol(ABC):
     def parse(self, reply: BaseMessage, registry: ToolRegistry) -> tuple[Decision, AIMessage | None]:
         """The decision in `reply`, and the message to store in the window (None when unparsable)."""
 
+    def finalize(self, prompt: list[BaseMessage]) -> list[BaseMessage]:
+        """The assembled prompt in the shape this protocol sends it (by default, as it is)."""
+        return prompt
+
 
 class ToolCallingProtocol(DecisionProtocol):
     """Native tool calls through `bind_tools`: for models and servers that support tool calling."""
@@ -224,6 +228,9 @@ def _decision_from_object(obj: dict[str, Any], registry: ToolRegistry) -> Decisi
     if action == FINAL_ANSWER_ACTION:
         if isinstance(action_input, dict) and "answer" in action_input:
             action_input = action_input["answer"]
+        elif isinstance(action_input, dict) and len(action_input) == 1:
+            # Small models wrap the answer in an object named after the last tool's argument.
+            (action_input,) = action_input.values()
         text = action_input if isinstance(action_input, str) else json.dumps(action_input, ensure_ascii=False)
         if action_input is None or not text.strip():
             raise ValueError(f'"{FINAL_ANSWER_ACTION}" needs the answer as "action_input"')

@@ -12,7 +12,7 @@ from reinloop.errors import ConfigurationError, ResumeError
 from reinloop.graph import CHECK_FINISH, recursion_limit
 from reinloop.state import NO_USAGE
 
-__all__ = ["HINT_TEMPLATE", "resume"]
+__all__ = ["HINT_TEMPLATE", "prepare_resume", "resume"]
 
 HINT_TEMPLATE = "Hint from the operator, who resumed this run after it stopped: {hint}"
 
@@ -25,7 +25,21 @@ def resume(
     hint: str | None = None,
     **invoke_kwargs: Any,
 ) -> dict[str, Any]:
-    """Continue the thread in `config` and return its final state.
+    """Continue the thread in `config` and return its final state (see `prepare_resume`)."""
+    return agent.invoke(
+        None, prepare_resume(agent, config, extra_iterations=extra_iterations, hint=hint), **invoke_kwargs
+    )
+
+
+def prepare_resume(
+    agent: CompiledStateGraph,
+    config: RunnableConfig,
+    *,
+    extra_iterations: int | None = None,
+    hint: str | None = None,
+) -> RunnableConfig:
+    """Make the thread in `config` ready to continue, and return the config to run it with:
+    ``agent.invoke(None, prepared)`` or ``agent.stream(None, prepared)``.
 
     A thread that ended in a circuit break gets fresh budgets (`extra_iterations` rounds, by default the
     agent's `max_iterations`, and a new `run_token_budget`), cleared error and loop counters, and the
@@ -50,7 +64,7 @@ def resume(
                 f"thread {thread_id!r} stopped mid-step (at {', '.join(snapshot.next)}), not at a circuit "
                 "break; resume it without hint or extra_iterations"
             )
-        return agent.invoke(None, _covering(config, agent, values.get("iterations_left")), **invoke_kwargs)
+        return _covering(config, agent, values.get("iterations_left"))
     reason = values.get("finish_reason")
     if reason == "answered":
         raise ResumeError(f"thread {thread_id!r} is already answered; invoke it with a new task instead")
@@ -69,7 +83,11 @@ def resume(
     if hint:
         update["messages"] = [HumanMessage(HINT_TEMPLATE.format(hint=hint))]
     resumed = agent.update_state(config, update, as_node=CHECK_FINISH)
-    return agent.invoke(None, _covering(resumed, agent, extra_iterations), **invoke_kwargs)
+    return _covering(
+        {**config, **resumed, "configurable": {**config.get("configurable", {}), **resumed["configurable"]}},
+        agent,
+        extra_iterations,
+    )
 
 
 def _covering(config: RunnableConfig, agent: CompiledStateGraph, rounds: int | None) -> RunnableConfig:

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
 from reinloop.errors import ConfigurationError
 
-__all__ = ["is_transient", "resolve_model"]
+__all__ = ["DEFAULT_MODEL", "LOCAL", "ChosenModel", "is_transient", "model_from_settings", "resolve_model"]
+
+DEFAULT_MODEL = "openai:gpt-4o-mini"  # when OPENAI_API_KEY is set and no model is named
+LOCAL = "local"  # the embedded model
 
 
 def resolve_model(model: BaseChatModel | str, **kwargs: Any) -> BaseChatModel:
@@ -23,7 +30,8 @@ def resolve_model(model: BaseChatModel | str, **kwargs: Any) -> BaseChatModel:
         except ImportError as exc:
             raise ConfigurationError(f"model {model!r} needs a package that is not installed: {exc}") from None
         except Exception as exc:  # missing keys, unknown providers: say which model and why, once
-            raise ConfigurationError(f"cannot set up model {model!r}: {exc}") from None
+            reason = " ".join(str(exc).split())  # one line: provider errors come with paragraphs
+            raise ConfigurationError(f"cannot set up model {model!r}: {reason}") from None
     raise ConfigurationError(
         f"model must be a LangChain chat model or a model string like 'openai:gpt-4o-mini', got {model!r}"
     )
@@ -51,3 +59,50 @@ def is_transient(exc: Exception) -> bool:
     if isinstance(exc, httpx.HTTPStatusError):
         return exc.response.status_code == 429 or exc.response.status_code >= 500
     return False
+
+
+@dataclass(frozen=True)
+class ChosenModel:
+    """A chat model picked from command-line style settings, with what suits it."""
+
+    model: BaseChatModel
+    label: str  # saved with the run (never a key), so a resume picks the same model
+    protocol: str
+    config: dict[str, Any] = field(default_factory=dict)  # AgentConfig values suited to the model
+    decision_protocol: Any = None  # a custom DecisionProtocol, or None for the config's
+
+
+@contextmanager
+def model_from_settings(model: str | None, base_url: str | None, protocol: str | None) -> Iterator[ChosenModel]:
+    """The model that `--model` / `--base-url` name, or the embedded local model when neither is given and
+    no OPENAI_API_KEY is set (its server runs for the duration of the `with` block)."""
+    if base_url:
+        yield _server_model(model, base_url, protocol)
+    elif model == LOCAL or (model is None and not os.environ.get("OPENAI_API_KEY")):
+        from reinloop.models.local import LocalModelServer, TranscriptJsonProtocol
+
+        with LocalModelServer() as server:
+            yield ChosenModel(server.chat_model(), LOCAL, "json", {"context_token_budget": 2_500},
+                              TranscriptJsonProtocol())  # fmt: skip
+    else:
+        name = model or DEFAULT_MODEL
+        yield ChosenModel(resolve_model(name), name, protocol or "tool_calling")
+
+
+def _server_model(model: str | None, base_url: str, protocol: str | None) -> ChosenModel:
+    import httpx
+    from langchain_openai import ChatOpenAI
+
+    try:
+        listed = httpx.get(f"{base_url.rstrip('/')}/models", timeout=5)
+        listed.raise_for_status()
+    except httpx.HTTPError as exc:
+        raise ConfigurationError(f"cannot reach the model server at {base_url}: {exc or type(exc).__name__}") from None
+    if model is None:
+        try:
+            model = listed.json()["data"][0]["id"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise ConfigurationError(f"the server at {base_url} lists no model; name one with --model") from None
+    chat = ChatOpenAI(model=model, base_url=base_url, api_key=os.environ.get("OPENAI_API_KEY") or "not-needed",
+                      max_retries=1, timeout=120)  # fmt: skip
+    return ChosenModel(chat, model, protocol or "tool_calling")

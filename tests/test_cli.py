@@ -1,0 +1,98 @@
+"""The `reinloop` command through its real entry point, against a scripted OpenAI-compatible server."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.openai_server import ScriptedOpenAIServer
+
+REINLOOP = str(Path(sys.executable).with_name("reinloop"))
+
+
+@pytest.fixture
+def server():
+    with ScriptedOpenAIServer() as running:
+        yield running
+
+
+@pytest.fixture
+def home(tmp_path):
+    return tmp_path
+
+
+def cli(*args, home: Path, env: dict | None = None, timeout: float = 120):
+    environment = {**os.environ, "HOME": str(home), "REINLOOP_DB": str(home / "runs.sqlite"), **(env or {})}
+    environment.pop("OPENAI_API_KEY", None) if "OPENAI_API_KEY" not in (env or {}) else None
+    return subprocess.run([REINLOOP, *args], capture_output=True, text=True, timeout=timeout, env=environment,
+                          cwd=home, check=False)  # fmt: skip
+
+
+def run_args(server, *extra):
+    return ["--base-url", server.base_url, "--no-memory", "--workspace", "ws", *extra]
+
+
+def test_run_shows_each_step_and_the_answer(server, home):
+    server.replies = [{"tool": "calculator", "args": {"expression": "2 + 3"}}, "2 + 3 = 5"]
+    done = cli("run", "What is 2 + 3?", *run_args(server, "--thread", "t1"), home=home)
+    assert done.returncode == 0, done.stderr
+    assert "calculator" in done.stdout and "✓ calculator: 5" in done.stdout
+    assert "answered" in done.stdout and "2 + 3 = 5" in done.stdout
+    assert server.requests[0]["tools"][0]["function"]["name"] == "web_search"  # the default toolset was bound
+
+
+def test_a_circuit_break_exits_with_its_code_and_resume_finishes(server, home):
+    server.replies = [{"tool": "calculator", "args": {"expression": f"{n} + 1"}} for n in range(2)]
+    broken = cli("run", "Count up.", *run_args(server, "--thread", "t2", "--max-iterations", "2"), home=home)
+    assert broken.returncode == 3, broken.stderr
+    assert "max_iterations" in broken.stdout and "reinloop resume t2" in broken.stdout
+
+    server.replies = ["Counted to 2."]
+    resumed = cli("resume", "t2", "--extra-iterations", "3", "--hint", "Stop counting now.", "--no-memory",
+                  home=home)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    assert "Counted to 2." in resumed.stdout
+    sent = json.dumps(server.requests[-1]["messages"])
+    assert "Stop counting now." in sent  # the hint reached the model
+    assert server.requests[-1]["model"] == "scripted"  # the saved settings rebuilt the same model
+
+    history = cli("history", "t2", home=home)
+    assert history.returncode == 0 and "checkpoints" in history.stdout and "check_finish" in history.stdout
+    show = cli("show", "t2", home=home)
+    assert show.returncode == 0 and "Count up." in show.stdout and "answered" in show.stdout
+    state = json.loads(cli("show", "t2", "--json", home=home).stdout)
+    assert (state["finish_reason"], state["iteration"]) == ("answered", 3)
+
+
+def test_graph_formats(home):
+    mermaid = cli("graph", "--format", "mermaid", home=home)
+    assert mermaid.returncode == 0 and "validate_args -.-> execute_tool" in mermaid.stdout
+    png = cli("graph", "--format", "png", "-o", "graph.png", home=home)
+    assert png.returncode == 0 and (home / "graph.png").read_bytes()[:4] == b"\x89PNG"
+    assert cli("graph", "--format", "png", home=home).returncode == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["show", "nope"], "unknown thread 'nope'"),
+        (["history", "nope"], "unknown thread 'nope'"),
+        (["resume", "nope", "--no-memory"], "unknown thread 'nope'"),
+        (["run", "x", "--base-url", "http://127.0.0.1:9/v1", "--no-memory"], "cannot reach the model server at"),
+        (["run", "x", "--model", "openai:gpt-4o-mini", "--no-memory"], "OPENAI_API_KEY"),
+        (["run", "x", "--model", "nosuchprovider:model", "--no-memory"], "cannot set up model"),
+    ],
+    ids=["show-unknown", "history-unknown", "resume-unknown", "unreachable-server", "missing-key", "bad-model"],
+)
+def test_errors_are_one_clear_line(server, home, args, message):
+    server.replies = ["seed"]
+    assert cli("run", "seed the database", *run_args(server, "--thread", "seed"), home=home).returncode == 0
+    before = cli("history", "seed", home=home).stdout
+    done = cli(*args, home=home)
+    assert done.returncode == 2
+    assert message in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) <= 2
+    assert cli("history", "seed", home=home).stdout == before  # saved state untouched
