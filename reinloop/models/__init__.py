@@ -82,7 +82,7 @@ def model_from_settings(model: str | None, base_url: str | None, protocol: str |
         from reinloop.models.local import LocalModelServer, TranscriptJsonProtocol
 
         with LocalModelServer() as server:
-            yield ChosenModel(server.chat_model(), LOCAL, "json", {"context_token_budget": 2_500},
+            yield ChosenModel(server.chat_model(), LOCAL, "json", {"context_token_budget": 3_400},
                               TranscriptJsonProtocol())  # fmt: skip
     else:
         name = model or DEFAULT_MODEL

@@ -31,7 +31,7 @@ __all__ = ["LOCAL_MODEL_NAME", "LocalModelServer", "TranscriptJsonProtocol", "lo
 
 LOCAL_MODEL_NAME = "gemma-3-270m"
 STARTUP_TIMEOUT_S = 120.0
-CONTEXT_TOKENS = 4_096
+CONTEXT_TOKENS = 6_144  # room for the budget below counted with another tokenizer, plus the reply
 REPLY_TOKENS = 200
 
 # Worked examples, one transcript each; an example is shown only when the agent has all its tools.
