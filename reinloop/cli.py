@@ -1,4 +1,5 @@
-"""The `reinloop` command: run a task, resume a thread, inspect its history and state, draw the graph.
+"""The `reinloop` command: run a task, resume a thread, inspect its history and state, draw the graph, and
+run the fault-injection benchmark (`reinloop eval`).
 
 Runs are saved in a SQLite file in the user's data folder (`--db` or REINLOOP_DB to change it), so any run
 can be resumed or inspected later by its thread id. Exit codes: 0 answered, 3 max_iterations,
@@ -97,6 +98,16 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--db", type=Path, default=None, help="runs database (default: user data folder)")
     show.add_argument("--json", action="store_true", help="print the state as JSON")
     show.set_defaults(handler=_show)
+
+    evaluation = commands.add_parser("eval", help="run the fault-injection benchmark: four agents, 50 tasks")
+    evaluation.add_argument("--fault-rate", type=float, default=0.2, help="model mistakes per decision (0-1)")
+    evaluation.add_argument("--tool-fault-rate", type=float, default=0.1, help="tool faults per call (0-1)")
+    evaluation.add_argument("--correct-rate", type=float, default=0.7, help="chance the model fixes an error")
+    evaluation.add_argument("--latency", type=float, default=0.0, help="simulated model latency per call (s)")
+    evaluation.add_argument("--seed", type=int, default=0)
+    evaluation.add_argument("--tasks", type=int, default=50, help="how many of the 50 tasks")
+    evaluation.add_argument("--out", type=Path, default=Path("reinloop-eval"), help="folder for the report")
+    evaluation.set_defaults(handler=_eval)
 
     graph = commands.add_parser("graph", help="draw the agent's graph")
     graph.add_argument("--format", choices=["mermaid", "ascii", "png", "svg", "dot"], default="ascii")
@@ -376,6 +387,36 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_plain(item) for item in value]
     return value
+
+
+def _eval(args: argparse.Namespace, console: Any) -> int:
+    from rich.progress import Progress
+
+    from reinloop.eval import AGENTS, SUITE, FaultProfile, evaluate_suite, write_report
+    from reinloop.eval.run import markdown_table
+
+    for name in ("fault_rate", "tool_fault_rate", "correct_rate"):
+        if not 0 <= getattr(args, name) <= 1:
+            raise CommandError(f"--{name.replace('_', '-')} must be between 0 and 1")
+    if not 1 <= args.tasks <= len(SUITE):
+        raise CommandError(f"--tasks must be between 1 and {len(SUITE)}")
+    profile = FaultProfile(
+        fault_rate=args.fault_rate,
+        correct_rate=args.correct_rate,
+        tool_fault_rate=args.tool_fault_rate,
+        latency_s=args.latency,
+    )
+    with Progress(console=console, transient=True) as progress:
+        bar = progress.add_task("evaluating", total=args.tasks * len(AGENTS))
+
+        def advance(agent: str, task: str) -> None:
+            progress.update(bar, advance=1, description=f"{agent}: {task}")
+
+        records = evaluate_suite(profile=profile, seed=args.seed, tasks=args.tasks, progress=advance)
+    summary = write_report(records, profile, args.seed, args.out)
+    console.print(markdown_table(summary), markup=False, highlight=False)
+    console.print(f"report: {args.out / 'report.md'}, {args.out / 'report.json'}, {args.out / 'report.png'}")
+    return 0
 
 
 def _graph(args: argparse.Namespace, console: Any) -> int:

@@ -96,3 +96,11 @@ def test_errors_are_one_clear_line(server, home, args, message):
     assert message in done.stderr and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) <= 2
     assert cli("history", "seed", home=home).stdout == before  # saved state untouched
+
+
+def test_eval_writes_the_report(home):
+    done = cli("eval", "--tasks", "3", "--seed", "2", "--out", "report", home=home)
+    assert done.returncode == 0, done.stderr
+    assert "| reinloop |" in done.stdout and "| naive loop |" in done.stdout
+    assert {p.name for p in (home / "report").iterdir()} == {"report.md", "report.json", "report.png"}
+    assert cli("eval", "--fault-rate", "2", home=home).returncode == 2

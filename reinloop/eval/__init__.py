@@ -1,0 +1,20 @@
+"""The evaluation suite: 50 tasks, a simulated model with seeded faults, four agents side by side."""
+
+from reinloop.eval.run import AGENTS, BUDGET, RunRecord, evaluate_suite, summarize_runs, write_report
+from reinloop.eval.simulated import FAULT_MODEL, FaultProfile, SimulatedModel
+from reinloop.eval.tasks import SUITE, EvalTask, Step
+
+__all__ = [
+    "AGENTS",
+    "BUDGET",
+    "FAULT_MODEL",
+    "SUITE",
+    "EvalTask",
+    "FaultProfile",
+    "RunRecord",
+    "SimulatedModel",
+    "Step",
+    "evaluate_suite",
+    "summarize_runs",
+    "write_report",
+]

@@ -1,0 +1,242 @@
+"""Running the suite: four agents on the same tasks, seeds and tools, and the report they produce."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.tools import BaseTool
+
+from reinloop.eval.simulated import FAULT_MODEL, FaultProfile, SimulatedModel, ToolStats, faulty_tools
+from reinloop.eval.tasks import SUITE, EvalTask
+from reinloop.tools.toolset import default_toolset
+
+__all__ = ["AGENTS", "BUDGET", "RunRecord", "evaluate_suite", "summarize_runs", "write_report"]
+
+BUDGET = 20  # decisions each agent is meant to take at most
+HARD_CAP = 60  # the naive loop's only stop, so that the evaluation itself ends
+
+AGENTS = ("naive loop", "create_agent", "create_agent + middleware", "reinloop")
+
+
+@dataclass
+class RunRecord:
+    agent: str
+    task: str
+    success: bool
+    decisions: int
+    model_calls: int
+    prompt_tokens: int
+    tool_calls: int
+    wasted_tool_calls: int
+    exceeded_budget: bool
+    crashed: bool
+    finish: str
+    wall_s: float
+
+
+# the four agents ------------------------------------------------------------------------------------------
+
+
+def _naive(model: BaseChatModel, tools: Sequence[BaseTool], task: EvalTask) -> tuple[str | None, str]:
+    """The seeds' starting point: call the model, run what it asks, no validation, no feedback, no breaker."""
+    by_name = {tool.name: tool for tool in tools}
+    messages: list[BaseMessage] = [HumanMessage(task.prompt)]
+    for _ in range(HARD_CAP):
+        reply = model.invoke(messages)
+        messages.append(reply)
+        if reply.invalid_tool_calls:
+            json.loads(reply.invalid_tool_calls[0]["args"])  # parses the arguments itself: crashes on bad JSON
+        if not reply.tool_calls:
+            return reply.text, "answered"
+        for call in reply.tool_calls:
+            result = by_name[call["name"]].invoke(call["args"])  # unknown tool or tool error: crash
+            messages.append(ToolMessage(str(result), tool_call_id=call["id"], name=call["name"]))
+    return None, "cap"
+
+
+def _create_agent(middleware: Callable[[BaseChatModel], list[Any]]) -> Callable[..., tuple[str | None, str]]:
+    def run(model: BaseChatModel, tools: Sequence[BaseTool], task: EvalTask) -> tuple[str | None, str]:
+        from langchain.agents import create_agent
+
+        agent = create_agent(model, list(tools), middleware=middleware(model))
+        result = agent.invoke({"messages": [HumanMessage(task.prompt)]}, {"recursion_limit": 2 * HARD_CAP + 1})
+        last = result["messages"][-1]
+        if isinstance(last, AIMessage) and not last.tool_calls:
+            return last.text, "answered"
+        return None, "stopped"
+
+    return run
+
+
+def _standard_middleware(model: BaseChatModel) -> list[Any]:
+    from langchain.agents.middleware import (
+        ModelCallLimitMiddleware,
+        SummarizationMiddleware,
+        ToolCallLimitMiddleware,
+        ToolRetryMiddleware,
+    )
+
+    return [
+        ModelCallLimitMiddleware(run_limit=BUDGET, exit_behavior="end"),
+        ToolCallLimitMiddleware(run_limit=2 * BUDGET),
+        ToolRetryMiddleware(max_retries=2, initial_delay=0.0, jitter=False),
+        SummarizationMiddleware(model, trigger=("tokens", 6_000)),
+    ]
+
+
+def _reinloop(profile: FaultProfile) -> Callable[..., tuple[str | None, str]]:
+    def run(model: BaseChatModel, tools: Sequence[BaseTool], task: EvalTask) -> tuple[str | None, str]:
+        from reinloop import AgentConfig, build_agent
+
+        config = AgentConfig(max_iterations=BUDGET, tool_timeout_s=max(0.05, profile.slow_s / 2))
+        agent = build_agent(model, list(tools), config=config, summary_model=model)
+        result = agent.invoke({"task": task.prompt})
+        return result["final_answer"], result["finish_reason"]
+
+    return run
+
+
+def _runners(profile: FaultProfile) -> dict[str, Callable[..., tuple[str | None, str]]]:
+    return {
+        "naive loop": _naive,
+        "create_agent": _create_agent(lambda model: []),
+        "create_agent + middleware": _create_agent(_standard_middleware),
+        "reinloop": _reinloop(profile),
+    }
+
+
+# running --------------------------------------------------------------------------------------------------
+
+
+def _seed(*parts: object) -> int:
+    return zlib.crc32("|".join(str(part) for part in parts).encode())
+
+
+def run_task(agent: str, task: EvalTask, profile: FaultProfile, seed: int, folder: Path) -> RunRecord:
+    workspace = folder / agent.replace(" ", "_").replace("+", "plus") / task.id
+    model = SimulatedModel(task=task, profile=profile, seed=_seed(seed, task.id, agent, "model"))
+    stats = ToolStats()
+    tools = faulty_tools(default_toolset(workspace, model=model), profile, _seed(seed, task.id, agent, "tools"), stats)
+    start = time.perf_counter()
+    crashed, final, finish = False, None, ""
+    try:
+        final, finish = _runners(profile)[agent](model, tools, task)
+    except Exception as exc:  # a crash is a measured outcome here, whatever its kind
+        crashed, finish = True, type(exc).__name__
+    wall = time.perf_counter() - start
+    return RunRecord(
+        agent=agent,
+        task=task.id,
+        success=not crashed and task.check(workspace, final),
+        decisions=model.decisions,
+        model_calls=model.decisions,
+        prompt_tokens=model.prompt_tokens,
+        tool_calls=stats.executed,
+        wasted_tool_calls=max(0, stats.executed - len(task.plan)),
+        exceeded_budget=model.decisions > BUDGET,
+        crashed=crashed,
+        finish=finish,
+        wall_s=round(wall, 4),
+    )
+
+
+def evaluate_suite(
+    *,
+    profile: FaultProfile,
+    seed: int = 0,
+    tasks: int = len(SUITE),
+    agents: Sequence[str] = AGENTS,
+    progress: Callable[[str, str], None] | None = None,
+) -> list[RunRecord]:
+    """Every agent on the first `tasks` tasks, each in its own fresh workspace."""
+    records = []
+    with tempfile.TemporaryDirectory(prefix="reinloop-eval-") as folder:
+        for task in SUITE[:tasks]:
+            for agent in agents:
+                records.append(run_task(agent, task, profile, seed, Path(folder)))
+                if progress:
+                    progress(agent, task.id)
+    return records
+
+
+def summarize_runs(records: Sequence[RunRecord]) -> dict[str, dict[str, float]]:
+    table: dict[str, dict[str, float]] = {}
+    for agent in dict.fromkeys(record.agent for record in records):
+        runs = [record for record in records if record.agent == agent]
+        table[agent] = {
+            "runs": len(runs),
+            "success_rate": sum(r.success for r in runs) / len(runs),
+            "mean_iterations": statistics.mean(r.decisions for r in runs),
+            "model_calls": sum(r.model_calls for r in runs),
+            "prompt_tokens": sum(r.prompt_tokens for r in runs),
+            "wasted_tool_calls": sum(r.wasted_tool_calls for r in runs),
+            "over_budget_runs": sum(r.exceeded_budget for r in runs),
+            "crashes": sum(r.crashed for r in runs),
+            "wall_s": round(sum(r.wall_s for r in runs), 2),
+        }
+    return table
+
+
+def markdown_table(summary: dict[str, dict[str, float]]) -> str:
+    lines = [
+        "| agent | success | mean iterations | model calls | prompt tokens | wasted tool calls | runs over budget "
+        "| crashes | wall time (s) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for agent, row in summary.items():
+        lines.append(
+            f"| {agent} | {row['success_rate']:.0%} | {row['mean_iterations']:.1f} | {row['model_calls']} | "
+            f"{row['prompt_tokens']:,} | {row['wasted_tool_calls']} | {row['over_budget_runs']} | {row['crashes']} | "
+            f"{row['wall_s']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def write_report(records: Sequence[RunRecord], profile: FaultProfile, seed: int, out: Path) -> dict[str, Any]:
+    """report.md, report.json and report.png in `out`; returns the summary."""
+    out.mkdir(parents=True, exist_ok=True)
+    summary = summarize_runs(records)
+    settings = {"seed": seed, "tasks": len({r.task for r in records}), "budget": BUDGET, **asdict(profile)}
+    (out / "report.json").write_text(
+        json.dumps({"settings": settings, "summary": summary, "runs": [asdict(r) for r in records]}, indent=2)
+    )
+    text = (
+        f"# reinloop evaluation\n\nSettings: {json.dumps(settings)}\n\n{markdown_table(summary)}\n\n"
+        f"## Fault model\n\n{FAULT_MODEL}\n"
+    )
+    (out / "report.md").write_text(text)
+    _chart(summary, out / "report.png")
+    return summary
+
+
+def _chart(summary: dict[str, dict[str, float]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    agents = list(summary)
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
+    left.bar(agents, [summary[a]["success_rate"] * 100 for a in agents], color="tab:green")
+    left.set_ylabel("success rate (%)")
+    left.set_ylim(0, 100)
+    right.bar(agents, [summary[a]["mean_iterations"] for a in agents], color="tab:blue")
+    right.axhline(BUDGET, color="tab:red", linestyle="--", label=f"budget ({BUDGET})")
+    right.set_ylabel("mean iterations")
+    right.legend()
+    for axes in (left, right):
+        axes.tick_params(axis="x", labelrotation=15)
+    figure.suptitle("Same tasks, seeds, tools and faults for each agent")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

@@ -1,0 +1,61 @@
+"""The evaluation: its tasks are solvable, its runs repeat exactly per seed, reinloop keeps its budgets."""
+
+import json
+
+import pytest
+
+from reinloop.eval import AGENTS, BUDGET, SUITE, FaultProfile, evaluate_suite, write_report
+
+NO_FAULTS = FaultProfile(fault_rate=0.0, tool_fault_rate=0.0)
+
+
+def without_time(records):
+    return [{**vars(record), "wall_s": None} for record in records]
+
+
+def test_the_suite_has_fifty_distinct_tasks_over_the_toolset():
+    assert len(SUITE) == 50 and len({task.id for task in SUITE}) == 50
+    tools = {step.tool for task in SUITE for step in task.plan}
+    assert {"web_search", "calculator", "translate", "file_write", "file_read", "timer", "db_insert"} <= tools
+
+
+def test_every_task_is_solved_by_its_plan_without_faults():
+    records = evaluate_suite(profile=NO_FAULTS, agents=("reinloop", "naive loop"))
+    failed = [(record.agent, record.task) for record in records if not record.success]
+    assert failed == []
+
+
+def test_a_wrong_answer_fails_the_check(tmp_path):
+    task = next(task for task in SUITE if task.expect)
+    assert task.check(tmp_path, task.answer)
+    assert not task.check(tmp_path, "I do not know.")
+    assert not task.check(tmp_path, None)
+
+
+def test_a_run_is_the_same_every_time_for_a_seed():
+    profile = FaultProfile(fault_rate=0.5, tool_fault_rate=0.3, slow_s=0.05)
+    first = evaluate_suite(profile=profile, seed=7, tasks=12)
+    again = evaluate_suite(profile=profile, seed=7, tasks=12)
+    other = evaluate_suite(profile=profile, seed=8, tasks=12)
+    assert without_time(first) == without_time(again)
+    assert without_time(first) != without_time(other)
+
+
+@pytest.mark.parametrize("fault_rate", [0.3, 0.8], ids=["some-faults", "mostly-faults"])
+def test_reinloop_never_crashes_and_never_exceeds_its_budget(fault_rate):
+    profile = FaultProfile(fault_rate=fault_rate, correct_rate=0.3, tool_fault_rate=0.3, slow_s=0.05)
+    records = evaluate_suite(profile=profile, seed=1, agents=("reinloop",))
+    assert not [record for record in records if record.crashed]
+    assert max(record.decisions for record in records) <= BUDGET
+
+
+def test_the_report_shows_all_four_agents(tmp_path):
+    profile = FaultProfile(slow_s=0.05)
+    records = evaluate_suite(profile=profile, seed=0, tasks=5)
+    summary = write_report(records, profile, 0, tmp_path)
+    assert list(summary) == list(AGENTS)
+    text = (tmp_path / "report.md").read_text()
+    assert all(f"| {agent} |" in text for agent in AGENTS) and "## Fault model" in text
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert data["settings"]["seed"] == 0 and len(data["runs"]) == 20
+    assert (tmp_path / "report.png").read_bytes()[:4] == b"\x89PNG"
