@@ -107,6 +107,9 @@ def _parser() -> argparse.ArgumentParser:
     evaluation.add_argument("--seed", type=int, default=0)
     evaluation.add_argument("--tasks", type=int, default=50, help="how many of the 50 tasks")
     evaluation.add_argument("--out", type=Path, default=Path("reinloop-eval"), help="folder for the report")
+    evaluation.add_argument("--model", help="evaluate a real model instead of the simulated one (no faults)")
+    evaluation.add_argument("--base-url", help="a real model on an OpenAI-compatible server (no faults)")
+    evaluation.add_argument("--local", action="store_true", help="the embedded local model (no faults)")
     evaluation.set_defaults(handler=_eval)
 
     graph = commands.add_parser("graph", help="draw the agent's graph")
@@ -406,13 +409,25 @@ def _eval(args: argparse.Namespace, console: Any) -> int:
         tool_fault_rate=args.tool_fault_rate,
         latency_s=args.latency,
     )
-    with Progress(console=console, transient=True) as progress:
-        bar = progress.add_task("evaluating", total=args.tasks * len(AGENTS))
+    with ExitStack() as stack:
+        real, agents = None, AGENTS
+        if args.model or args.base_url or args.local:
+            from reinloop.models import LOCAL, model_from_settings
 
-        def advance(agent: str, task: str) -> None:
-            progress.update(bar, advance=1, description=f"{agent}: {task}")
+            model = LOCAL if args.local else args.model
+            real = stack.enter_context(model_from_settings(model, args.base_url, None))
+            profile = FaultProfile(fault_rate=0.0, tool_fault_rate=0.0, correct_rate=1.0)
+            # The others need native tool calls; a json-protocol model runs with reinloop only.
+            agents = AGENTS if real.protocol == "tool_calling" else ("reinloop",)
+        with Progress(console=console, transient=True) as progress:
+            bar = progress.add_task("evaluating", total=args.tasks * len(agents))
 
-        records = evaluate_suite(profile=profile, seed=args.seed, tasks=args.tasks, progress=advance)
+            def advance(agent: str, task: str) -> None:
+                progress.update(bar, advance=1, description=f"{agent}: {task}")
+
+            records = evaluate_suite(
+                profile=profile, seed=args.seed, tasks=args.tasks, agents=agents, progress=advance, real=real
+            )
     summary = write_report(records, profile, args.seed, args.out)
     console.print(markdown_table(summary), markup=False, highlight=False)
     console.print(f"report: {args.out / 'report.md'}, {args.out / 'report.json'}, {args.out / 'report.png'}")

@@ -104,3 +104,13 @@ def test_eval_writes_the_report(home):
     assert "| reinloop |" in done.stdout and "| naive loop |" in done.stdout
     assert {p.name for p in (home / "report").iterdir()} == {"report.md", "report.json", "report.png"}
     assert cli("eval", "--fault-rate", "2", home=home).returncode == 2
+
+
+def test_eval_against_a_real_model_server_has_no_injected_faults(server, home):
+    server.replies = [{"tool": "calculator", "args": {"expression": "23 * 19"}}, "The result is 437."] * 4
+    done = cli("eval", "--tasks", "1", "--base-url", server.base_url, "--out", "real", home=home)
+    assert done.returncode == 0, done.stderr
+    report = json.loads((home / "real" / "report.json").read_text())
+    assert report["settings"]["fault_rate"] == 0.0
+    assert [run["success"] for run in report["runs"]] == [True] * 4
+    assert all(run["model_calls"] == 2 for run in report["runs"])

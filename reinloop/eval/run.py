@@ -12,12 +12,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool
 
 from reinloop.eval.simulated import FAULT_MODEL, FaultProfile, SimulatedModel, ToolStats, faulty_tools
 from reinloop.eval.tasks import SUITE, EvalTask
+from reinloop.memory.tokens import TokenCounter
 from reinloop.tools.toolset import default_toolset
 
 __all__ = ["AGENTS", "BUDGET", "RunRecord", "evaluate_suite", "summarize_runs", "write_report"]
@@ -47,12 +49,17 @@ class RunRecord:
 # the four agents ------------------------------------------------------------------------------------------
 
 
-def _naive(model: BaseChatModel, tools: Sequence[BaseTool], task: EvalTask) -> tuple[str | None, str]:
+Runner = Callable[[BaseChatModel, Sequence[BaseTool], EvalTask, dict[str, Any]], tuple[str | None, str]]
+
+
+def _naive(
+    model: BaseChatModel, tools: Sequence[BaseTool], task: EvalTask, config: dict[str, Any]
+) -> tuple[str | None, str]:
     """The seeds' starting point: call the model, run what it asks, no validation, no feedback, no breaker."""
     by_name = {tool.name: tool for tool in tools}
     messages: list[BaseMessage] = [HumanMessage(task.prompt)]
     for _ in range(HARD_CAP):
-        reply = model.invoke(messages)
+        reply = model.invoke(messages, config)
         messages.append(reply)
         if reply.invalid_tool_calls:
             json.loads(reply.invalid_tool_calls[0]["args"])  # parses the arguments itself: crashes on bad JSON
@@ -64,12 +71,15 @@ def _naive(model: BaseChatModel, tools: Sequence[BaseTool], task: EvalTask) -> t
     return None, "cap"
 
 
-def _create_agent(middleware: Callable[[BaseChatModel], list[Any]]) -> Callable[..., tuple[str | None, str]]:
-    def run(model: BaseChatModel, tools: Sequence[BaseTool], task: EvalTask) -> tuple[str | None, str]:
+def _create_agent(middleware: Callable[[BaseChatModel], list[Any]]) -> Runner:
+    def run(
+        model: BaseChatModel, tools: Sequence[BaseTool], task: EvalTask, config: dict[str, Any]
+    ) -> tuple[str | None, str]:
         from langchain.agents import create_agent
 
         agent = create_agent(model, list(tools), middleware=middleware(model))
-        result = agent.invoke({"messages": [HumanMessage(task.prompt)]}, {"recursion_limit": 2 * HARD_CAP + 1})
+        limit = {**config, "recursion_limit": 2 * HARD_CAP + 1}
+        result = agent.invoke({"messages": [HumanMessage(task.prompt)]}, limit)
         last = result["messages"][-1]
         if isinstance(last, AIMessage) and not last.tool_calls:
             return last.text, "answered"
@@ -94,25 +104,44 @@ def _standard_middleware(model: BaseChatModel) -> list[Any]:
     ]
 
 
-def _reinloop(profile: FaultProfile) -> Callable[..., tuple[str | None, str]]:
-    def run(model: BaseChatModel, tools: Sequence[BaseTool], task: EvalTask) -> tuple[str | None, str]:
+def _reinloop(profile: FaultProfile, real: Any = None) -> Runner:
+    def run(
+        model: BaseChatModel, tools: Sequence[BaseTool], task: EvalTask, config: dict[str, Any]
+    ) -> tuple[str | None, str]:
         from reinloop import AgentConfig, build_agent
 
-        config = AgentConfig(max_iterations=BUDGET, tool_timeout_s=max(0.05, profile.slow_s / 2))
-        agent = build_agent(model, list(tools), config=config, summary_model=model)
-        result = agent.invoke({"task": task.prompt})
+        settings: dict[str, Any] = {"max_iterations": BUDGET, "tool_timeout_s": max(0.05, profile.slow_s / 2)}
+        protocol = None
+        if real is not None:  # a real model: its protocol and limits, and real tool timeouts
+            settings = {"max_iterations": BUDGET, "protocol": real.protocol, **real.config}
+            protocol = real.decision_protocol
+        agent = build_agent(model, list(tools), config=AgentConfig(**settings), summary_model=model, protocol=protocol)
+        result = agent.invoke({"task": task.prompt}, config)
         return result["final_answer"], result["finish_reason"]
 
     return run
 
 
-def _runners(profile: FaultProfile) -> dict[str, Callable[..., tuple[str | None, str]]]:
+def _runners(profile: FaultProfile, real: Any = None) -> dict[str, Runner]:
     return {
         "naive loop": _naive,
         "create_agent": _create_agent(lambda model: []),
         "create_agent + middleware": _create_agent(_standard_middleware),
-        "reinloop": _reinloop(profile),
+        "reinloop": _reinloop(profile, real),
     }
+
+
+class _CallCounter(BaseCallbackHandler):
+    """Counts a real model's calls and the tokens of what it is sent."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.prompt_tokens = 0
+        self._counter = TokenCounter()
+
+    def on_chat_model_start(self, serialized: Any, messages: list[list[BaseMessage]], **kwargs: Any) -> None:
+        self.calls += 1
+        self.prompt_tokens += self._counter.messages(messages[0])
 
 
 # running --------------------------------------------------------------------------------------------------
@@ -122,28 +151,36 @@ def _seed(*parts: object) -> int:
     return zlib.crc32("|".join(str(part) for part in parts).encode())
 
 
-def run_task(agent: str, task: EvalTask, profile: FaultProfile, seed: int, folder: Path) -> RunRecord:
+def run_task(agent: str, task: EvalTask, profile: FaultProfile, seed: int, folder: Path, real: Any = None) -> RunRecord:
+    """One agent on one task. `real`: a `ChosenModel` to use instead of the simulated one (no faults)."""
     workspace = folder / agent.replace(" ", "_").replace("+", "plus") / task.id
-    model = SimulatedModel(task=task, profile=profile, seed=_seed(seed, task.id, agent, "model"))
     stats = ToolStats()
-    tools = faulty_tools(default_toolset(workspace, model=model), profile, _seed(seed, task.id, agent, "tools"), stats)
+    counter = _CallCounter()
+    if real is None:
+        model: Any = SimulatedModel(task=task, profile=profile, seed=_seed(seed, task.id, agent, "model"))
+        tools = default_toolset(workspace, model=model)
+        tools = faulty_tools(tools, profile, _seed(seed, task.id, agent, "tools"), stats)
+    else:
+        model = real.model
+        tools = faulty_tools(default_toolset(workspace, model=model), FaultProfile(tool_fault_rate=0.0), 0, stats)
     start = time.perf_counter()
     crashed, final, finish = False, None, ""
     try:
-        final, finish = _runners(profile)[agent](model, tools, task)
+        final, finish = _runners(profile, real)[agent](model, tools, task, {"callbacks": [counter]})
     except Exception as exc:  # a crash is a measured outcome here, whatever its kind
         crashed, finish = True, type(exc).__name__
     wall = time.perf_counter() - start
+    decisions = model.decisions if real is None else counter.calls
     return RunRecord(
         agent=agent,
         task=task.id,
         success=not crashed and task.check(workspace, final),
-        decisions=model.decisions,
-        model_calls=model.decisions,
-        prompt_tokens=model.prompt_tokens,
+        decisions=decisions,
+        model_calls=counter.calls,
+        prompt_tokens=model.prompt_tokens if real is None else counter.prompt_tokens,
         tool_calls=stats.executed,
         wasted_tool_calls=max(0, stats.executed - len(task.plan)),
-        exceeded_budget=model.decisions > BUDGET,
+        exceeded_budget=decisions > BUDGET,
         crashed=crashed,
         finish=finish,
         wall_s=round(wall, 4),
@@ -157,13 +194,15 @@ def evaluate_suite(
     tasks: int = len(SUITE),
     agents: Sequence[str] = AGENTS,
     progress: Callable[[str, str], None] | None = None,
+    real: Any = None,
 ) -> list[RunRecord]:
-    """Every agent on the first `tasks` tasks, each in its own fresh workspace."""
+    """Every agent on the first `tasks` tasks, each in its own fresh workspace. With `real` (a
+    `reinloop.models.ChosenModel`), that model plays instead of the simulated one, with no injected faults."""
     records = []
     with tempfile.TemporaryDirectory(prefix="reinloop-eval-") as folder:
         for task in SUITE[:tasks]:
             for agent in agents:
-                records.append(run_task(agent, task, profile, seed, Path(folder)))
+                records.append(run_task(agent, task, profile, seed, Path(folder), real))
                 if progress:
                     progress(agent, task.id)
     return records
