@@ -63,6 +63,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         errors.print("[yellow]interrupted: the run is saved up to its last step; resume it with 'reinloop resume'[/]")
         return 130
+    except Exception as exc:  # a failing model server, a full disk: one line, the saved steps stay
+        if os.environ.get("REINLOOP_DEBUG"):
+            raise
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        errors.print(
+            f"[bold red]error:[/] {type(exc).__name__}: {reason} (steps saved so far are kept; 'reinloop resume' "
+            "continues a run; REINLOOP_DEBUG=1 shows the traceback)",
+            soft_wrap=True,
+        )
+        return 1
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -150,7 +160,7 @@ def _run(args: argparse.Namespace, console: Any) -> int:
                 "protocol": args.protocol}  # fmt: skip
     with _saver(args.db, must_exist=False) as saver, _agent(args, settings, saver) as (agent, settings):
         config = _run_config(thread, settings)
-        if agent.get_state(config).values and agent.get_state(config).next:
+        if agent.get_state(config).next:
             raise CommandError(f"thread {thread!r} is stopped mid-step; continue it with: reinloop resume {thread}")
         if not args.quiet:
             console.print(f"[dim]thread[/] [bold]{thread}[/]  [dim]model[/] {settings['model']}  "

@@ -114,3 +114,12 @@ def test_eval_against_a_real_model_server_has_no_injected_faults(server, home):
     assert report["settings"]["fault_rate"] == 0.0
     assert [run["success"] for run in report["runs"]] == [True] * 4
     assert all(run["model_calls"] == 2 for run in report["runs"])
+
+
+def test_a_model_server_failing_mid_run_is_one_line_and_keeps_the_saved_steps(server, home):
+    server.replies = [{"tool": "calculator", "args": {"expression": "1 + 1"}}]  # then the script runs out: HTTP 500
+    done = cli("run", "Add.", *run_args(server, "--thread", "t3"), home=home)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "steps saved so far are kept" in done.stderr
+    state = json.loads(cli("show", "t3", "--json", home=home).stdout)
+    assert [m["type"] for m in state["messages"]] == ["ai", "tool"]  # the first round was saved
