@@ -6,7 +6,7 @@ from reinloop.draw import draw
 from reinloop.errors import ConfigurationError, ReinloopError, ResumeError
 from reinloop.graph import build_agent
 from reinloop.protocols import DecisionProtocol, JsonProtocol, ToolCallingProtocol
-from reinloop.resume import resume
+from reinloop.resume import prepare_resume, resume
 from reinloop.state import FINISH_REASONS, AgentInput, AgentState, FinishReason
 from reinloop.tools import ToolRegistry, accept_any, default_toolset, reject_empty
 
@@ -27,6 +27,7 @@ __all__ = [
     "build_agent",
     "default_toolset",
     "draw",
+    "prepare_resume",
     "reject_empty",
     "resume",
     "sqlite_checkpointer",

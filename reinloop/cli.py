@@ -440,7 +440,12 @@ def _eval(args: argparse.Namespace, console: Any) -> int:
             )
     summary = write_report(records, profile, args.seed, args.out)
     console.print(markdown_table(summary), markup=False, highlight=False)
-    console.print(f"report: {args.out / 'report.md'}, {args.out / 'report.json'}, {args.out / 'report.png'}")
+    written = [
+        str(args.out / name) for name in ("report.md", "report.json", "report.png") if (args.out / name).exists()
+    ]
+    console.print(f"report: {', '.join(written)}")
+    if not (args.out / "report.png").exists():
+        console.print("[dim]no chart: pip install 'reinloop[eval]' for report.png[/]")
     return 0
 
 
