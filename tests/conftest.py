@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 import pytest
@@ -20,6 +19,7 @@ from reinloop.context import AgentContext
 from reinloop.protocols import get_protocol
 from reinloop.testing import ScriptedChatModel
 from reinloop.tools import ToolRegistry
+from tests.openai_server import JsonHandler
 
 THREAD = {"configurable": {"thread_id": "test-thread"}}
 # scripts/test.sh starts a local PostgreSQL with this database.
@@ -126,7 +126,7 @@ def new_thread() -> dict:
     return {"configurable": {"thread_id": f"t-{uuid.uuid4().hex}"}}
 
 
-class _WeatherHandler(BaseHTTPRequestHandler):
+class _WeatherHandler(JsonHandler):
     """A weather service on 127.0.0.1: Paris is fine, 'Slowtown' answers late, 'Crashville' fails."""
 
     release = threading.Event()
@@ -135,25 +135,14 @@ class _WeatherHandler(BaseHTTPRequestHandler):
         url = urlparse(self.path)
         city = parse_qs(url.query).get("city", [""])[0]
         if url.path != "/weather" or city == "Atlantis":
-            self._reply(404, {"error": "unknown city"})
+            self.send_json(404, {"error": "unknown city"})
         elif city == "Slowtown":
             self.release.wait(10)  # far beyond the client's timeout; released at teardown
-            self._reply(200, {"city": city, "temperature_c": 1.0, "condition": "late"})
+            self.send_json(200, {"city": city, "temperature_c": 1.0, "condition": "late"})
         elif city == "Crashville":
-            self._reply(500, {"error": "internal"})
+            self.send_json(500, {"error": "internal"})
         else:
-            self._reply(200, {"city": city, "temperature_c": 18.5, "condition": "cloudy"})
-
-    def _reply(self, status: int, body: dict) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args) -> None:
-        pass
+            self.send_json(200, {"city": city, "temperature_c": 18.5, "condition": "cloudy"})
 
 
 @pytest.fixture(scope="session")

@@ -34,15 +34,9 @@ STARTUP_TIMEOUT_S = 120.0
 CONTEXT_TOKENS = 6_144  # room for the budget below counted with another tokenizer, plus the reply
 REPLY_TOKENS = 200
 
-# Worked examples, one transcript each; an example is shown only when the agent has all its tools.
+# Worked examples, one transcript each; an example is shown only when the agent has all its tools. The
+# calculator comes last: a small model imitates the example nearest to the task most.
 EXAMPLES: tuple[tuple[frozenset[str], str], ...] = (
-    (
-        frozenset({"calculator"}),
-        "Task: What is 12 * 7?\n"
-        'JSON action: {"thought": "I multiply.", "action": "calculator", "action_input": {"expression": "12 * 7"}}\n'
-        "Observation: 84\n"
-        'JSON action: {"thought": "I have the result.", "action": "final_answer", "action_input": "84"}',
-    ),
     (
         frozenset({"web_search"}),
         "Task: How high is Mount Everest?\n"
@@ -58,6 +52,13 @@ EXAMPLES: tuple[tuple[frozenset[str], str], ...] = (
         '"action_input": {"path": "greeting.txt", "content": "hello"}}\n'
         "Observation: wrote 5 characters to greeting.txt\n"
         'JSON action: {"thought": "Done.", "action": "final_answer", "action_input": "Saved in greeting.txt."}',
+    ),
+    (
+        frozenset({"calculator"}),
+        "Task: What is 12 * 7?\n"
+        'JSON action: {"thought": "I multiply.", "action": "calculator", "action_input": {"expression": "12 * 7"}}\n'
+        "Observation: 84\n"
+        'JSON action: {"thought": "I have the result.", "action": "final_answer", "action_input": "84"}',
     ),
 )
 
