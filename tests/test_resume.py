@@ -94,10 +94,21 @@ def test_a_paused_thread_continues_where_it_stopped_but_takes_no_hint():
     assert resume(agent, THREAD)["final_answer"] == "2"
 
 
-def _pending_tool_results(db: str, thread: dict) -> list:
+def _saved_outcomes(db: str, thread: dict) -> list[str]:
+    """Names of the tools whose outcome is saved as a pending write of the thread's latest checkpoint.
+
+    Only real outcomes count: validate_args also writes tool_results (a reset), and with LangGraph's async
+    durability the checkpoint holding that reset can still be the latest one on disk for a moment."""
     with open_checkpointer(db) as saver:
         found = saver.get_tuple(thread)
-    return [] if found is None else [value for _, channel, value in found.pending_writes if channel == "tool_results"]
+    writes = [] if found is None else found.pending_writes
+    return [
+        outcome["name"]
+        for _, channel, value in writes
+        if channel == "tool_results" and isinstance(value, list)
+        for outcome in value
+        if isinstance(outcome, dict) and "name" in outcome
+    ]
 
 
 def _wait_for(condition, what: str, process: subprocess.Popen, timeout_s: float = 60.0) -> None:
@@ -122,7 +133,7 @@ def test_resume_after_a_crash_inside_a_tool_does_not_rerun_completed_calls(tmp_p
     worker = subprocess.Popen([*args, "start", *paths], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # killed inside slow_step, after its sibling call record(2) has finished and been saved
     _wait_for(lambda: arm.with_suffix(".entered").exists(), "slow_step to start", worker)
-    _wait_for(lambda: len(_pending_tool_results(db, thread)) == 1, "record(2) to be saved", worker)
+    _wait_for(lambda: _saved_outcomes(db, thread) == ["record"], "record(2) to be saved", worker)
     worker.kill()
     worker.wait()
     assert sorted(log.read_text().splitlines()) == ["record 1", "record 2", "slow 3"]
