@@ -110,7 +110,8 @@ def _reinloop(profile: FaultProfile, real: Any = None) -> Runner:
     ) -> tuple[str | None, str]:
         from reinloop import AgentConfig, build_agent
 
-        settings: dict[str, Any] = {"max_iterations": BUDGET, "tool_timeout_s": max(0.05, profile.slow_s / 2)}
+        # A quarter of the simulated hang: slow calls time out, normal ones never come near the limit.
+        settings: dict[str, Any] = {"max_iterations": BUDGET, "tool_timeout_s": profile.slow_s / 4}
         protocol = None
         if real is not None:  # a real model: its protocol and limits, and real tool timeouts
             settings = {"max_iterations": BUDGET, "protocol": real.protocol, **real.config}

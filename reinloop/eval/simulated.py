@@ -28,7 +28,7 @@ from those that apply: malformed tool-call JSON; missing or mistyped arguments; 
 repeating its previous call; when the answer is known, not stopping (calling a tool again); a wrong final
 answer. After an error observation it corrects itself with probability `correct_rate`, else it repeats the
 failed call. Tool faults: each tool call, with probability `tool_fault_rate`, raises an exception, hangs for
-`slow_s` seconds (longer than reinloop's tool timeout in the evaluation), or returns an empty result (one of
+`slow_s` seconds (four times reinloop's tool timeout in the evaluation), or returns an empty result (one of
 the three, uniformly). Every draw comes from a random generator seeded by (seed, task, agent), so a run is
 the same every time for a given seed."""
 
