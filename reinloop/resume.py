@@ -10,7 +10,7 @@ from langgraph.graph.state import CompiledStateGraph
 
 from reinloop.errors import ConfigurationError, ResumeError
 from reinloop.graph import CHECK_FINISH, recursion_limit
-from reinloop.state import NO_USAGE
+from reinloop.state import FRESH_BUDGETS
 
 __all__ = ["HINT_TEMPLATE", "prepare_resume", "resume"]
 
@@ -70,16 +70,7 @@ def prepare_resume(
         raise ResumeError(f"thread {thread_id!r} is already answered; invoke it with a new task instead")
     if reason is None:
         raise ResumeError(f"thread {thread_id!r} has not run yet; invoke it with a task")
-    update: dict[str, Any] = {
-        "finish_reason": None,
-        "final_answer": None,
-        "iterations_left": extra_iterations,
-        "consecutive_errors": 0,
-        "parse_retries": 0,
-        "recent_calls": [],
-        "correction": None,
-        "usage": NO_USAGE,
-    }
+    update: dict[str, Any] = {**FRESH_BUDGETS, "iterations_left": extra_iterations, "correction": None}
     if hint:
         update["messages"] = [HumanMessage(HINT_TEMPLATE.format(hint=hint))]
     resumed = agent.update_state(config, update, as_node=CHECK_FINISH)

@@ -15,6 +15,7 @@ from langgraph.graph.message import add_messages
 
 __all__ = [
     "FINISH_REASONS",
+    "FRESH_BUDGETS",
     "NO_USAGE",
     "AgentInput",
     "AgentState",
@@ -113,6 +114,18 @@ class CallUsage(TypedDict):
 
 
 NO_USAGE = TokenUsage(model_calls=0, prompt_tokens=0, completion_tokens=0, total_tokens=0)
+
+# What a fresh budget clears, for a new task on a finished thread and for a resume after a circuit break:
+# the breakers' counters, the outcome, and the iteration and token budgets (None: config.max_iterations).
+FRESH_BUDGETS: dict[str, Any] = {
+    "iterations_left": None,
+    "consecutive_errors": 0,
+    "parse_retries": 0,
+    "recent_calls": [],
+    "final_answer": None,
+    "finish_reason": None,
+    "usage": NO_USAGE,
+}
 
 
 class AgentInput(TypedDict):

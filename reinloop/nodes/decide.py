@@ -22,21 +22,10 @@ from reinloop.context import AgentContext
 from reinloop.memory.long_term import memory_namespace, recall
 from reinloop.memory.window import pairing_violations, truncate
 from reinloop.prompt import assemble, fit_to_budget
-from reinloop.state import NO_USAGE, AgentState, CallUsage, TokenUsage
+from reinloop.state import FRESH_BUDGETS, NO_USAGE, AgentState, CallUsage, TokenUsage
 
 __all__ = ["add_usage", "build_prompt", "call_usage", "decide"]
 
-# Per-run counters, reset when a finished thread receives a new task.
-_NEW_RUN: dict[str, Any] = {
-    "iteration": 0,
-    "iterations_left": None,
-    "consecutive_errors": 0,
-    "parse_retries": 0,
-    "recent_calls": [],
-    "final_answer": None,
-    "finish_reason": None,
-    "usage": NO_USAGE,
-}
 # The latest observation is cut to this length when it joins the task in the recall query.
 RECALL_QUERY_CHARS = 1_000
 
@@ -60,7 +49,7 @@ def decide(
     if stored is not None:
         update["messages"] = [_short_thought(stored, ctx.config.thought_max_chars)]
     if new_run:
-        update.update(_NEW_RUN)
+        update.update(FRESH_BUDGETS, iteration=0)
     update["last_call"] = last_call
     update["usage"] = add_usage(usage, last_call)
     return update
