@@ -23,8 +23,8 @@ from langgraph.store.base import BaseStore
 from reinloop.context import AgentContext
 from reinloop.memory.long_term import memory_namespace, remember
 from reinloop.memory.summary import summarize
+from reinloop.memory.usage import add_usage, call_usage
 from reinloop.memory.window import digest, entry_key, window_entries
-from reinloop.nodes.decide import add_usage, call_usage
 from reinloop.prompt import assemble, prompt_tokens
 from reinloop.state import NO_USAGE, AgentState
 
@@ -70,7 +70,7 @@ def compress_memory(
                 remember(store, namespace, f"{folds:06d}-step-{number}", line, iteration=iteration, kind="step")
         update.update(summaries=summaries, folds=folds)
         if folded.reply is not None:
-            last_call = call_usage("compress_memory", folded.reply, ctx.counter.messages(folded.prompt), ctx)
+            last_call = call_usage("compress_memory", folded.reply, ctx.counter.messages(folded.prompt), ctx.counter)
             update.update(last_call=last_call, usage=add_usage(state.get("usage", NO_USAGE), last_call))
         pending = []
     if pending != (state.get("pending") or []):

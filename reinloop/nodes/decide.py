@@ -20,11 +20,12 @@ from langgraph.store.base import BaseStore
 
 from reinloop.context import AgentContext
 from reinloop.memory.long_term import memory_namespace, recall
+from reinloop.memory.usage import add_usage, call_usage
 from reinloop.memory.window import pairing_violations, truncate
 from reinloop.prompt import assemble, fit_to_budget
-from reinloop.state import FRESH_BUDGETS, NO_USAGE, AgentState, CallUsage, TokenUsage
+from reinloop.state import FRESH_BUDGETS, NO_USAGE, AgentState
 
-__all__ = ["add_usage", "build_prompt", "call_usage", "decide"]
+__all__ = ["build_prompt", "decide"]
 
 # The latest observation is cut to this length when it joins the task in the recall query.
 RECALL_QUERY_CHARS = 1_000
@@ -43,7 +44,7 @@ def decide(
     prompt, counted = build_prompt(state, ctx, _recall(state, ctx, config, store))
     reply = ctx.model.invoke(prompt)
     decision, stored = ctx.protocol.parse(reply, ctx.registry)
-    last_call = call_usage("decide", reply, counted, ctx)
+    last_call = call_usage("decide", reply, counted, ctx.counter)
     usage = NO_USAGE if new_run else state.get("usage", NO_USAGE)
     update: dict[str, Any] = {"decision": decision, "correction": None}
     if stored is not None:
@@ -70,35 +71,6 @@ def build_prompt(state: AgentState, ctx: AgentContext, memories: Sequence[str] =
         correction=state.get("correction"),
     )
     return fit_to_budget(ctx, prompt)
-
-
-def call_usage(node: str, reply: BaseMessage, counted_prompt: int, ctx: AgentContext) -> CallUsage:
-    """The provider's token report for `reply` when it has one, else reinloop's own count."""
-    reported = getattr(reply, "usage_metadata", None)
-    if reported and reported.get("input_tokens") is not None:
-        return CallUsage(
-            node=node,
-            prompt_tokens=int(reported["input_tokens"]),
-            completion_tokens=int(reported.get("output_tokens") or 0),
-            counted_prompt_tokens=counted_prompt,
-            source="provider",
-        )
-    return CallUsage(
-        node=node,
-        prompt_tokens=counted_prompt,
-        completion_tokens=ctx.counter.message(reply),
-        counted_prompt_tokens=counted_prompt,
-        source="tiktoken",
-    )
-
-
-def add_usage(usage: TokenUsage, call: CallUsage) -> TokenUsage:
-    return TokenUsage(
-        model_calls=usage["model_calls"] + 1,
-        prompt_tokens=usage["prompt_tokens"] + call["prompt_tokens"],
-        completion_tokens=usage["completion_tokens"] + call["completion_tokens"],
-        total_tokens=usage["total_tokens"] + call["prompt_tokens"] + call["completion_tokens"],
-    )
 
 
 def _recall(state: AgentState, ctx: AgentContext, config: RunnableConfig, store: BaseStore | None) -> list[str]:
