@@ -23,6 +23,8 @@ from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import Field, PrivateAttr
 
+from reinloop.protocols import new_call_id
+
 __all__ = [
     "RecordedCall",
     "ScriptExhaustedError",
@@ -124,7 +126,7 @@ def parallel_calls(
     calls: Sequence[tuple[str, dict[str, Any]]], *, ids: Sequence[str] | None = None, content: str = ""
 ) -> AIMessage:
     """A reply that calls several tools at once."""
-    ids = list(ids) if ids else [f"call_{uuid.uuid4().hex[:12]}" for _ in calls]
+    ids = list(ids) if ids else [new_call_id() for _ in calls]
     return AIMessage(
         content=content,
         tool_calls=[

@@ -19,6 +19,7 @@ from pydantic import PrivateAttr
 
 from reinloop.eval.tasks import TRANSLATIONS, EvalTask
 from reinloop.memory.tokens import TokenCounter
+from reinloop.protocols import new_call_id
 
 __all__ = ["FAULT_MODEL", "FaultProfile", "SimulatedModel", "faulty_tools"]
 
@@ -116,7 +117,7 @@ class SimulatedModel(BaseChatModel):
         if fault == "malformed":
             bad = {
                 "type": "invalid_tool_call",
-                "id": _id(),
+                "id": new_call_id(),
                 "name": step.tool,
                 "args": '{"' + str(step.args)[:20],
                 "error": None,
@@ -137,12 +138,8 @@ class SimulatedModel(BaseChatModel):
         return _call(step.tool, step.args)
 
 
-def _id() -> str:
-    return f"call_{random.getrandbits(48):012x}"
-
-
 def _call(name: str, args: dict[str, Any]) -> AIMessage:
-    return AIMessage("", tool_calls=[{"name": name, "args": dict(args), "id": _id(), "type": "tool_call"}])
+    return AIMessage("", tool_calls=[{"name": name, "args": dict(args), "id": new_call_id(), "type": "tool_call"}])
 
 
 def _failed(message: ToolMessage) -> bool:
