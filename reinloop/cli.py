@@ -156,8 +156,7 @@ def _common_options(command: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace, console: Any) -> int:
     thread = args.thread or f"run-{datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
-    settings = {"model": args.model, "base_url": args.base_url, "workspace": str(args.workspace.resolve()),
-                "protocol": args.protocol}  # fmt: skip
+    settings = _given(args)
     with _saver(args.db, must_exist=False) as saver, _agent(args, settings, saver) as (agent, settings):
         config = _run_config(thread, settings)
         if agent.get_state(config).next:
