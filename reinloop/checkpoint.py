@@ -1,13 +1,22 @@
-"""Saved state on disk: the SQLite checkpointer applications use by default."""
+"""Saved state on disk: the SQLite checkpointer applications use by default, and what reinloop needs of any
+checkpointer to keep its crash-safety promise."""
 
 from __future__ import annotations
 
 import sqlite3
+import threading
 from pathlib import Path
 
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
-__all__ = ["sqlite_checkpointer"]
+from reinloop.errors import ConfigurationError
+
+__all__ = ["CONFIG_KEY_DURABILITY", "check_checkpointer", "sqlite_checkpointer"]
+
+# LangGraph reads the default durability of a run from this configurable key (it is how a parent graph
+# passes its durability to subgraphs); `build_agent` sets it from AgentConfig.durability.
+CONFIG_KEY_DURABILITY = "__pregel_durability"
 
 
 def sqlite_checkpointer(path: str | Path) -> SqliteSaver:
@@ -26,3 +35,33 @@ def sqlite_checkpointer(path: str | Path) -> SqliteSaver:
     saver.setup()  # switches the file to WAL, which synchronous=NORMAL relies on
     conn.execute("PRAGMA synchronous=NORMAL")
     return saver
+
+
+def check_checkpointer(saver: BaseCheckpointSaver) -> None:
+    """Refuse a checkpointer that would silently lose steps.
+
+    LangGraph saves checkpoints from a background thread. A `SqliteSaver` on a connection opened with
+    sqlite3's default ``check_same_thread=True`` (the plain ``sqlite3.connect(path)``) fails on every save
+    from that thread: under async durability nothing is saved until the run ends, so a killed run loses
+    every step.
+    """
+    if not isinstance(saver, SqliteSaver):
+        return
+    failure: list[BaseException] = []
+
+    def probe() -> None:
+        try:
+            with saver.lock:
+                saver.conn.execute("SELECT 1").fetchall()
+        except sqlite3.ProgrammingError as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=probe, name="reinloop-saver-check")
+    thread.start()
+    thread.join()
+    if failure:
+        raise ConfigurationError(
+            "the SqliteSaver's connection can only be used from the thread that opened it, but LangGraph saves "
+            "checkpoints from a background thread, so no step would be saved. Open it with "
+            "sqlite3.connect(path, check_same_thread=False), or use reinloop.sqlite_checkpointer(path)."
+        )

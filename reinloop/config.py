@@ -12,9 +12,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from reinloop.errors import ConfigurationError
 
-__all__ = ["DEFAULT_SYSTEM_PROMPT", "MAX_PARSE_RETRIES", "AgentConfig", "ProtocolName"]
+__all__ = ["DEFAULT_SYSTEM_PROMPT", "MAX_PARSE_RETRIES", "AgentConfig", "Durability", "ProtocolName"]
 
 ProtocolName = Literal["tool_calling", "json"]
+Durability = Literal["sync", "async", "exit"]
 
 # More immediate retries of an unparsable reply than this only burn tokens; the bound also bounds the graph
 # steps a round can take.
@@ -71,6 +72,15 @@ class AgentConfig(BaseModel):
     )
     model_retry_backoff_s: float = Field(
         0.5, ge=0, description="Wait before the first model retry; doubles on each further retry."
+    )
+    durability: Durability = Field(
+        "sync",
+        description=(
+            "When LangGraph saves each step: 'sync' before the next step starts (a killed run never re-runs a "
+            "call that finished before the last saved step); 'async' while the next step runs (faster, but a "
+            "kill can lose finished steps, whose calls then run again); 'exit' only when the run ends. An "
+            "explicit durability= given to invoke or stream wins."
+        ),
     )
 
     def __init__(self, **values: object) -> None:

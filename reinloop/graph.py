@@ -25,6 +25,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
 from langgraph.types import RetryPolicy, Send
 
+from reinloop.checkpoint import CONFIG_KEY_DURABILITY, check_checkpointer
 from reinloop.config import MAX_PARSE_RETRIES, AgentConfig
 from reinloop.context import AgentContext
 from reinloop.errors import ConfigurationError
@@ -161,8 +162,15 @@ def build_agent(
     graph.add_edge(COMPRESS_MEMORY, CHECK_FINISH)
     graph.add_conditional_edges(CHECK_FINISH, route_after_check_finish)
     graph.add_edge(CIRCUIT_BREAK, END)
+    if checkpointer is not None:
+        check_checkpointer(checkpointer)
     compiled = graph.compile(checkpointer=checkpointer, store=store, name=name)
-    return compiled.with_config(recursion_limit=recursion_limit(config.max_iterations))
+    # The durability is a default every invocation path reads (invoke, stream, batch, subgraphs), unless
+    # the caller passes durability= explicitly.
+    return compiled.with_config(
+        recursion_limit=recursion_limit(config.max_iterations),
+        configurable={CONFIG_KEY_DURABILITY: config.durability},
+    )
 
 
 def _context(

@@ -1,0 +1,73 @@
+"""What a checkpointer can store: text and JSON-like values cleaned or refused before they reach state.
+
+Everything in `AgentState` is saved by LangGraph's serializer (msgpack) and, with PostgreSQL, partly as JSONB.
+Both refuse values that `json.loads` happily returns for a provider's or a model's output: integers beyond
+64 bits, nesting deeper than msgpack's recursion limit, and (JSONB) text holding NUL characters or lone UTF-16
+surrogates (`"\\ud83d"`). A value that cannot be saved must never enter state: the step that wrote it would
+fail after the run had gone on, and calls made meanwhile would run again on resume.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["INT_RANGE", "MAX_ARGS_CHARS", "MAX_DEPTH", "clean_text", "clean_value", "storage_problem"]
+
+# msgpack stores signed and unsigned 64-bit integers, nothing wider.
+INT_RANGE = (-(2**63), 2**64 - 1)
+# Nesting this deep is never a sensible tool argument; msgpack's own limit is about 250 levels, and the
+# message that holds the arguments adds a few.
+MAX_DEPTH = 64
+# Tool-call arguments larger than this (as text) are refused before they are saved.
+MAX_ARGS_CHARS = 1_000_000
+
+# Surrogate code points (in a Python str even a "pair" of them is two code points that UTF-8 cannot encode;
+# json.loads joins real pairs into one character) and NUL, which PostgreSQL text refuses.
+_UNSTORABLE_CHARS = re.compile("[\ud800-\udfff\x00]")
+REPLACEMENT = "\ufffd"
+
+
+def clean_text(text: str) -> str:
+    """`text` with every surrogate code point and NUL character replaced by U+FFFD; other text is returned as is."""
+    if text.isascii() and "\x00" not in text:
+        return text
+    return _UNSTORABLE_CHARS.sub(REPLACEMENT, text)
+
+
+def clean_value(value: Any) -> Any:
+    """`value` with `clean_text` applied to every string in it, keys included (a new object when changed)."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, Mapping):
+        return {clean_value(key): clean_value(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [clean_value(item) for item in value]
+    return value
+
+
+def storage_problem(value: Any, max_depth: int = MAX_DEPTH) -> str | None:
+    """Why `value` (a JSON-like value) cannot be saved, or None when it can. Never recurses without bound."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > max_depth:
+            return f"nesting deeper than {max_depth} levels"
+        if isinstance(item, bool) or item is None or isinstance(item, float | str):
+            continue
+        if isinstance(item, int):
+            if not INT_RANGE[0] <= item <= INT_RANGE[1]:
+                return f"an integer of {item.bit_length()} bits (at most 64 bits can be stored)"
+            continue
+        if isinstance(item, Mapping):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    return f"a key of type {type(key).__name__} (keys must be strings)"
+                stack.append((child, depth + 1))
+            continue
+        if isinstance(item, list | tuple):
+            stack.extend((child, depth + 1) for child in item)
+            continue
+        return f"a value of type {type(item).__name__}"
+    return None
