@@ -166,11 +166,10 @@ def build_agent(
         check_checkpointer(checkpointer)
     compiled = graph.compile(checkpointer=checkpointer, store=store, name=name)
     # The durability is a default every invocation path reads (invoke, stream, batch, subgraphs), unless
-    # the caller passes durability= explicitly.
-    return compiled.with_config(
-        recursion_limit=recursion_limit(config.max_iterations),
-        configurable={CONFIG_KEY_DURABILITY: config.durability},
-    )
+    # the caller passes durability= explicitly. Without a checkpointer there is nothing to save, and
+    # LangGraph 1.2 fails every step under "sync" (it waits for a save that never started).
+    configurable = {CONFIG_KEY_DURABILITY: config.durability} if checkpointer is not None else {}
+    return compiled.with_config(recursion_limit=recursion_limit(config.max_iterations), configurable=configurable)
 
 
 def _context(
