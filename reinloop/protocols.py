@@ -38,6 +38,11 @@ FINAL_ANSWER_ACTION = "final_answer"
 MAX_REPLY_CHARS = 100_000
 # How many "{" positions are tried when the JSON object is buried in prose.
 MAX_JSON_CANDIDATES = 200
+# A tool-call id from the model longer than this (or not a string) is replaced by one of ours: ids are
+# stored with every call and its result, and providers limit them (OpenAI: 40 characters).
+MAX_CALL_ID_CHARS = 64
+# No tool has a name this long: a longer one is an unreadable reply, not something to store whole.
+MAX_TOOL_NAME_CHARS = 200
 
 _FENCE = re.compile(r"```[a-zA-Z0-9_-]*[ \t]*\n?(.*?)```", re.DOTALL)
 
@@ -101,11 +106,15 @@ class ToolCallingProtocol(DecisionProtocol):
             error = bad.get("error") or "the tool call's arguments are not a valid JSON object"
             return unparsable(raw, error), None
         if reply.tool_calls:
-            calls, seen = [], set()
+            calls: list[dict[str, Any]] = []
+            seen: set[str] = set()
             for call in reply.tool_calls:
-                # Every call needs its own id: results are matched to calls by it.
-                call_id = call.get("id") if call.get("id") not in seen else None
-                call_id = call_id or new_call_id()
+                if problem := _name_problem(call["name"]):
+                    return unparsable(call["name"], problem), None
+                # Every call needs its own short id: results are matched to calls by it.
+                call_id = call.get("id")
+                if not isinstance(call_id, str) or not call_id or len(call_id) > MAX_CALL_ID_CHARS or call_id in seen:
+                    call_id = new_call_id()
                 seen.add(call_id)
                 calls.append({**call, "id": call_id})
             stored = reply if calls == reply.tool_calls else reply.model_copy(update={"tool_calls": calls})
@@ -224,6 +233,8 @@ def _decision_from_object(obj: dict[str, Any], registry: ToolRegistry) -> Decisi
             f'set "action" to a tool name or "{FINAL_ANSWER_ACTION}"'
         )
     action = action.strip()
+    if problem := _name_problem(action):
+        raise ValueError(problem)
     action_input = obj.get("action_input")
     if action == FINAL_ANSWER_ACTION:
         if isinstance(action_input, dict) and "answer" in action_input:
@@ -237,6 +248,12 @@ def _decision_from_object(obj: dict[str, Any], registry: ToolRegistry) -> Decisi
         return answer(text.strip())
     args = _tool_args(action, action_input, registry)
     return act([{"name": action, "args": args, "id": new_call_id(), "type": "tool_call"}])
+
+
+def _name_problem(name: str) -> str | None:
+    if len(name) <= MAX_TOOL_NAME_CHARS:
+        return None
+    return f"a tool name of {len(name)} characters; name one of the tools exactly, as listed"
 
 
 def _tool_args(action: str, action_input: Any, registry: ToolRegistry) -> dict[str, Any]:

@@ -146,3 +146,22 @@ def test_tool_calling_protocol_gives_missing_and_duplicate_call_ids_fresh_ones()
     ids = [call["id"] for call in decision["calls"]]
     assert len(set(ids)) == 2 and all(ids)
     assert [call["id"] for call in stored.tool_calls] == ids
+
+
+@pytest.mark.parametrize("bad_id", ["x" * 65, "", None], ids=["over-long", "empty", "missing"])
+def test_tool_calling_protocol_replaces_unusable_call_ids(bad_id):
+    reply = AIMessage("", tool_calls=[{"name": "add", "args": {"a": 1, "b": 2}, "id": bad_id}])
+    decision, stored = ToolCallingProtocol().parse(reply, REGISTRY)
+    (call,) = decision["calls"]
+    assert call["id"] != bad_id and 0 < len(call["id"]) <= 64
+    assert stored.tool_calls == decision["calls"]
+
+
+def test_an_over_long_tool_name_is_an_unparsable_reply_in_both_protocols():
+    name = "add" * 100
+    decision, stored = ToolCallingProtocol().parse(tool_call(name, {"a": 1}), REGISTRY)
+    assert decision["kind"] == "unparsable" and "a tool name of 300 characters" in decision["error"]
+    assert stored is None
+    decision, stored = JsonProtocol().parse(AIMessage(json_action(name, {"a": 1})), REGISTRY)
+    assert decision["kind"] == "unparsable" and "a tool name of 300 characters" in decision["error"]
+    assert stored is None

@@ -22,7 +22,7 @@ from reinloop.context import AgentContext
 from reinloop.memory.long_term import memory_namespace, recall
 from reinloop.memory.usage import add_usage, call_usage
 from reinloop.memory.window import pairing_violations, truncate
-from reinloop.prompt import assemble, fit_to_budget
+from reinloop.prompt import fit_to_budget
 from reinloop.state import FRESH_BUDGETS, NO_USAGE, AgentState
 
 __all__ = ["build_prompt", "decide"]
@@ -61,7 +61,7 @@ def build_prompt(state: AgentState, ctx: AgentContext, memories: Sequence[str] =
     window = state.get("messages", [])
     if problems := pairing_violations(window):
         raise RuntimeError(f"the window breaks the call/result pairing: {'; '.join(problems)}")
-    prompt = assemble(
+    return fit_to_budget(
         ctx,
         state["task"],
         window,
@@ -70,7 +70,6 @@ def build_prompt(state: AgentState, ctx: AgentContext, memories: Sequence[str] =
         memories=memories,
         correction=state.get("correction"),
     )
-    return fit_to_budget(ctx, prompt)
 
 
 def _recall(state: AgentState, ctx: AgentContext, config: RunnableConfig, store: BaseStore | None) -> list[str]:
