@@ -20,6 +20,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.runnables import Runnable
 
 from reinloop.config import ProtocolName
+from reinloop.memory.window import truncate
 from reinloop.state import Decision, act, answer, unparsable
 from reinloop.tools.registry import ToolRegistry
 
@@ -43,6 +44,11 @@ MAX_JSON_CANDIDATES = 200
 MAX_CALL_ID_CHARS = 64
 # No tool has a name this long: a longer one is an unreadable reply, not something to store whole.
 MAX_TOOL_NAME_CHARS = 200
+# Python's JSON parser follows nesting by recursion and raises RecursionError near 1,000 levels ("[" * 1000):
+# for a reply, that is invalid JSON like any other.
+NESTED_TOO_DEEPLY = "invalid JSON: nested too deeply; reply with one flat decision object"
+# A wrong "action_input" is quoted back to the model up to this length.
+QUOTED_INPUT_CHARS = 200
 
 _FENCE = re.compile(r"```[a-zA-Z0-9_-]*[ \t]*\n?(.*?)```", re.DOTALL)
 
@@ -193,11 +199,15 @@ def extract_json_object(text: str) -> dict[str, Any]:
     candidates += [m.group(1).strip() for m in _FENCE.finditer(text)]
     found: list[dict[str, Any]] = []
     first_error: str | None = None
+    too_deep = False
     for candidate in candidates:
         try:
             obj = json.loads(candidate)
         except json.JSONDecodeError as exc:
             first_error = first_error or f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+            continue
+        except RecursionError:
+            too_deep = True
             continue
         if isinstance(obj, dict):
             if "action" in obj:
@@ -212,6 +222,8 @@ def extract_json_object(text: str) -> dict[str, Any]:
             obj, _ = decoder.raw_decode(text, start)
         except json.JSONDecodeError as exc:
             first_error = first_error or f"invalid JSON: {exc.msg} at position {exc.pos}"
+        except RecursionError:
+            too_deep = True
         else:
             if isinstance(obj, dict):
                 if "action" in obj:
@@ -220,6 +232,8 @@ def extract_json_object(text: str) -> dict[str, Any]:
         start = text.find("{", start + 1)
     if found:
         return found[0]
+    if too_deep:
+        raise ValueError(NESTED_TOO_DEEPLY)
     if "{" not in text:
         raise ValueError("the reply contains no JSON object")
     raise ValueError(first_error or "no JSON object could be read from the reply")
@@ -242,12 +256,20 @@ def _decision_from_object(obj: dict[str, Any], registry: ToolRegistry) -> Decisi
         elif isinstance(action_input, dict) and len(action_input) == 1:
             # Small models wrap the answer in an object named after the last tool's argument.
             (action_input,) = action_input.values()
-        text = action_input if isinstance(action_input, str) else json.dumps(action_input, ensure_ascii=False)
+        text = action_input if isinstance(action_input, str) else _json_text(action_input)
         if action_input is None or not text.strip():
             raise ValueError(f'"{FINAL_ANSWER_ACTION}" needs the answer as "action_input"')
         return answer(text.strip())
     args = _tool_args(action, action_input, registry)
     return act([{"name": action, "args": args, "id": new_call_id(), "type": "tool_call"}])
+
+
+def _json_text(value: Any) -> str:
+    """`value` (read from a reply) as JSON text; nesting too deep to write is invalid JSON, not a crash."""
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except RecursionError:
+        raise ValueError(NESTED_TOO_DEEPLY) from None
 
 
 def _name_problem(name: str) -> str | None:
@@ -263,7 +285,7 @@ def _tool_args(action: str, action_input: Any, registry: ToolRegistry) -> dict[s
         # Models often double-encode: "action_input": "{\"a\": 1}".
         try:
             decoded = json.loads(action_input)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             decoded = None
         if isinstance(decoded, dict):
             return decoded
@@ -276,7 +298,7 @@ def _tool_args(action: str, action_input: Any, registry: ToolRegistry) -> dict[s
         return {fields[0]: action_input}
     raise ValueError(
         f'"action_input" for {action!r} must be a JSON object with the tool\'s arguments '
-        f"{fields}, got {json.dumps(action_input, ensure_ascii=False)}"
+        f"{fields}, got {truncate(_json_text(action_input), QUOTED_INPUT_CHARS)}"
     )
 
 
