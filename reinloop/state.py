@@ -17,6 +17,7 @@ __all__ = [
     "FINISH_REASONS",
     "FRESH_BUDGETS",
     "NO_USAGE",
+    "RAW_KEPT_CHARS",
     "AgentInput",
     "AgentState",
     "CallCheck",
@@ -52,13 +53,17 @@ ErrorKind = Literal[
 ]
 
 
+# decide keeps an unparsable reply's text, which the retry hint quotes back, up to this length.
+RAW_KEPT_CHARS = 2_000
+
+
 class Decision(TypedDict):
     """The model's latest reply, read by the protocol: tool calls, a final answer, or unparsable text."""
 
     kind: Literal["act", "answer", "unparsable"]
     calls: list[dict[str, Any]]  # LangChain ToolCall dicts when kind == "act"
     answer: str | None  # the final answer when kind == "answer"
-    raw: str | None  # the reply text when kind == "unparsable"
+    raw: str | None  # the reply text when kind == "unparsable", cut to RAW_KEPT_CHARS
     error: str | None  # why it could not be parsed
 
 

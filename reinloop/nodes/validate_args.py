@@ -40,8 +40,6 @@ REPEATED_CALL_TEMPLATE = (
     "{window} decisions, and repeating it cannot give a new result. Use what you already know: "
     "change the arguments, use another tool, or give your final answer."
 )
-# Raw replies quoted back to the model are cut to this length.
-RAW_QUOTE_CHARS = 2_000
 
 
 def validate_args(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
@@ -64,11 +62,9 @@ def validate_args(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
 
 
 def _correction(decision: Decision, ctx: AgentContext) -> str:
-    raw = decision["raw"] or ""
-    if len(raw) > RAW_QUOTE_CHARS:
-        raw = raw[:RAW_QUOTE_CHARS] + f"... [{len(raw) - RAW_QUOTE_CHARS} more characters]"
+    # decide already cut the raw reply to RAW_KEPT_CHARS.
     return PARSE_RETRY_TEMPLATE.format(
-        error=decision["error"], raw=raw or "(empty)", expected=ctx.protocol.expected_format
+        error=decision["error"], raw=decision["raw"] or "(empty)", expected=ctx.protocol.expected_format
     )
 
 
