@@ -317,3 +317,16 @@ def test_a_fact_from_an_early_observation_is_recalled_200_rounds_later(kind, emb
     assert "PINEAPPLE" not in "".join(result["summaries"])
     if kind == "sqlite":
         store.conn.close()
+
+
+def test_odd_text_never_makes_memory_raise():
+    from reinloop.memory import entry_key
+    from reinloop.nodes import compress_memory
+
+    odd = "lone \ud83d surrogate and NUL \x00"
+    assert TokenCounter().text(odd) == TokenCounter().text(odd.replace("\ud83d", "\ufffd"))
+    entry_key(paired(1, odd))
+    summarizer = ScriptedChatModel(replies=["a summary \ud83d"])
+    ctx = make_context(tools=(echo,), memory_capacity=1, compress_every=1, summarizer=summarizer)
+    update = compress_memory({"task": "t", "messages": [*paired(1, odd), *paired(2, odd + "!")]}, ctx, {})
+    assert update["summaries"] == ["a summary \ufffd"]  # model text is cleaned where it enters state

@@ -61,7 +61,8 @@ def entry_key(entry: Sequence[BaseMessage]) -> str:
     """What makes two window entries the same memory: the content of their observations (or, for a note
     without tool results, its text)."""
     results = [message.text for message in entry[1:]] or [entry[0].text]
-    return hashlib.sha1("\x1f".join(results).encode()).hexdigest()
+    # surrogatepass: a lone surrogate (from odd tool output) must not make the hash raise.
+    return hashlib.sha1("\x1f".join(results).encode(errors="surrogatepass")).hexdigest()
 
 
 def digest(entry: Sequence[BaseMessage], max_chars: int = 300) -> str:
