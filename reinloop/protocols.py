@@ -22,6 +22,7 @@ from langchain_core.runnables import Runnable
 from reinloop.config import ProtocolName
 from reinloop.memory.window import truncate
 from reinloop.state import Decision, act, answer, unparsable
+from reinloop.storable import clean_text
 from reinloop.tools.registry import ToolRegistry
 
 __all__ = [
@@ -39,8 +40,9 @@ FINAL_ANSWER_ACTION = "final_answer"
 MAX_REPLY_CHARS = 100_000
 # How many "{" positions are tried when the JSON object is buried in prose.
 MAX_JSON_CANDIDATES = 200
-# A tool-call id from the model longer than this (or not a string) is replaced by one of ours: ids are
-# stored with every call and its result, and providers limit them (OpenAI: 40 characters).
+# A tool-call id from the model longer than this (or not a string, or holding characters that are cleaned
+# before they are saved, which could make two ids one) is replaced by one of ours: ids are stored with every
+# call and its result, and providers limit them (OpenAI: 40 characters).
 MAX_CALL_ID_CHARS = 64
 # No tool has a name this long: a longer one is an unreadable reply, not something to store whole.
 MAX_TOOL_NAME_CHARS = 200
@@ -119,7 +121,7 @@ class ToolCallingProtocol(DecisionProtocol):
                     return unparsable(call["name"], problem), None
                 # Every call needs its own short id: results are matched to calls by it.
                 call_id = call.get("id")
-                if not isinstance(call_id, str) or not call_id or len(call_id) > MAX_CALL_ID_CHARS or call_id in seen:
+                if not _usable_call_id(call_id) or call_id in seen:
                     call_id = new_call_id()
                 seen.add(call_id)
                 calls.append({**call, "id": call_id})
@@ -270,6 +272,10 @@ def _json_text(value: Any) -> str:
         return json.dumps(value, ensure_ascii=False)
     except RecursionError:
         raise ValueError(NESTED_TOO_DEEPLY) from None
+
+
+def _usable_call_id(call_id: Any) -> bool:
+    return isinstance(call_id, str) and 0 < len(call_id) <= MAX_CALL_ID_CHARS and clean_text(call_id) == call_id
 
 
 def _name_problem(name: str) -> str | None:

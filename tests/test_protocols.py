@@ -148,13 +148,25 @@ def test_tool_calling_protocol_gives_missing_and_duplicate_call_ids_fresh_ones()
     assert [call["id"] for call in stored.tool_calls] == ids
 
 
-@pytest.mark.parametrize("bad_id", ["x" * 65, "", None], ids=["over-long", "empty", "missing"])
+@pytest.mark.parametrize(
+    "bad_id", ["x" * 65, "", None, "\ud83d", "id\x00"], ids=["over-long", "empty", "missing", "surrogate", "nul"]
+)
 def test_tool_calling_protocol_replaces_unusable_call_ids(bad_id):
     reply = AIMessage("", tool_calls=[{"name": "add", "args": {"a": 1, "b": 2}, "id": bad_id}])
     decision, stored = ToolCallingProtocol().parse(reply, REGISTRY)
     (call,) = decision["calls"]
     assert call["id"] != bad_id and 0 < len(call["id"]) <= 64
     assert stored.tool_calls == decision["calls"]
+
+
+def test_ids_that_cleaning_would_make_equal_stay_apart():
+    # Found by the fuzz test: "\ud83d" and "\udfff" both become "\ufffd" when saved.
+    agent, _ = make_agent(
+        [parallel_calls([("add", {"a": 1, "b": 1}), ("add", {"a": 2, "b": 2})], ids=["\ud83d", "\udfff"]), "done"]
+    )
+    result = agent.invoke({"task": "add"}, THREAD)
+    assert result["final_answer"] == "done"
+    assert [m.content for m in result["messages"] if isinstance(m, ToolMessage)] == ["2", "4"]
 
 
 def test_an_over_long_tool_name_is_an_unparsable_reply_in_both_protocols():
