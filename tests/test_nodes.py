@@ -10,7 +10,7 @@ from reinloop.nodes import check_finish, circuit_break, compress_memory, decide,
 from reinloop.state import CallCheck, ToolOutcome, act, answer, unparsable
 from reinloop.testing import ScriptedChatModel, tool_call
 from reinloop.tools import ToolRegistry, accept_any
-from tests.conftest import add, explode, lookup, make_context
+from tests.conftest import THREAD, add, explode, lookup, make_context
 
 
 def call(name, args, call_id="c1"):
@@ -85,7 +85,7 @@ def test_validate_args_unparsable_with_retry_left_sets_a_correction_hint():
 
 def test_validate_args_unparsable_without_retries_gives_up_the_retry():
     ctx = make_context(max_parse_retries=1)
-    update = validate_args({"decision": unparsable("x", "bad"), "parse_retries": 1}, ctx)
+    update = validate_args({"decision": unparsable("x", "bad"), "parse_retries": 1}, ctx, THREAD)
     assert update["correction"] is None and update["parse_retries"] == 0 and update["checks"] == []
 
 
@@ -113,7 +113,7 @@ def test_validate_args_accepts_valid_calls_and_records_canonical_signatures():
 )
 def test_validate_args_rejects_bad_calls_with_actionable_feedback(name, args, kind, mentions):
     ctx = make_context()
-    update = validate_args({"decision": act([call(name, args)]), "recent_calls": []}, ctx)
+    update = validate_args({"decision": act([call(name, args)]), "recent_calls": []}, ctx, THREAD)
     (checked,) = update["checks"]
     assert checked["error_kind"] == kind
     for text in mentions:
@@ -131,7 +131,9 @@ def test_validate_args_lets_schemas_that_allow_extra_arguments_have_them():
     search = StructuredTool.from_function(
         lambda query, **kw: query, name="search", description="Search.", args_schema=Options
     )
-    update = validate_args({"decision": act([call("search", {"query": "x", "lang": "en"})])}, make_context([search]))
+    update = validate_args(
+        {"decision": act([call("search", {"query": "x", "lang": "en"})])}, make_context([search]), THREAD
+    )
     assert update["checks"][0]["error_kind"] is None
 
 
@@ -139,17 +141,17 @@ def test_validate_args_refuses_the_repeat_that_exceeds_max_repeats_within_the_wi
     ctx = make_context(loop_window=3, max_repeats=2)
     sig = 'add{"a": 1, "b": 2}'
     state = {"decision": act([call("add", {"a": 1, "b": 2})]), "recent_calls": [[sig], [sig]]}
-    (checked,) = validate_args(state, ctx)["checks"]
+    (checked,) = validate_args(state, ctx, THREAD)["checks"]
     assert checked["error_kind"] == "repeated_call" and "3 times in the last 3 decisions" in checked["error"]
     # outside the window the old calls no longer count
     state = {**state, "recent_calls": [[sig], [sig], ['lookup{"key": "x"}'], ['lookup{"key": "y"}']]}
-    update = validate_args(state, ctx)
+    update = validate_args(state, ctx, THREAD)
     assert update["checks"][0]["error_kind"] is None
     assert len(update["recent_calls"]) == 3
 
 
 def test_validate_args_final_answer_has_no_checks():
-    update = validate_args({"decision": answer("42")}, make_context())
+    update = validate_args({"decision": answer("42")}, make_context(), THREAD)
     assert update["checks"] == [] and update["correction"] is None
 
 

@@ -3,6 +3,7 @@
 from reinloop.tools.calculator import CalculatorTool
 from reinloop.tools.clock import CurrentTimeTool, TimerTool
 from reinloop.tools.database import DEFAULT_TABLES, Database, DbInsertTool, DbQueryTool
+from reinloop.tools.effects import EffectLedger, idempotency_key
 from reinloop.tools.execution import ToolTimeoutError, call_with_timeout, invoke_tool
 from reinloop.tools.files import FileReadTool, FileWriteTool, Workspace
 from reinloop.tools.financial import FinancialDataTool
@@ -20,6 +21,7 @@ __all__ = [
     "Database",
     "DbInsertTool",
     "DbQueryTool",
+    "EffectLedger",
     "FileReadTool",
     "FileWriteTool",
     "FinancialDataTool",
@@ -39,6 +41,7 @@ __all__ = [
     "as_tool",
     "call_with_timeout",
     "default_toolset",
+    "idempotency_key",
     "invoke_tool",
     "reject_empty",
     "to_observation",

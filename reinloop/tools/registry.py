@@ -45,6 +45,7 @@ class RegisteredTool:
     schema: type[BaseModel] | None  # the arguments the model controls; None when the tool has no pydantic schema
     schema_json: dict[str, Any]  # the same as JSON schema, shown to the model
     extra_args: bool  # whether the tool's own schema accepts arguments it does not declare
+    idempotent: bool = True  # False: never run twice; a call in flight at a crash is reported, not re-run
 
     @property
     def name(self) -> str:
@@ -92,7 +93,10 @@ class ToolRegistry:
             and issubclass(own_schema, BaseModel)
             and own_schema.model_config.get("extra") == "allow"
         )
-        self._tools[name] = RegisteredTool(lc_tool, check_result, timeout_s, schema, schema_json, extra_args)
+        idempotent = bool(((lc_tool.metadata or {}).get("reinloop") or {}).get("idempotent", True))
+        self._tools[name] = RegisteredTool(
+            lc_tool, check_result, timeout_s, schema, schema_json, extra_args, idempotent
+        )
         return lc_tool
 
     def get(self, name: str) -> RegisteredTool | None:
