@@ -209,6 +209,18 @@ def test_observe_answers_every_call_in_order_and_counts_errors():
     assert update["consecutive_errors"] == 2  # success reset 1 -> 0, then two errors
 
 
+def test_observe_sends_outcomes_as_execute_tool_stored_them():
+    # execute_tool cut the tool's output where it was stored; a second cut here would differ from the record.
+    long = "y" * 2_000
+    state = {
+        "decision": act([]),
+        "checks": [check("add", {})],
+        "tool_results": [ToolOutcome(call_id="c1", name="add", content=long, error_kind=None)],
+    }
+    (message,) = observe(state, make_context(observation_max_chars=100))["messages"]
+    assert message.content == long
+
+
 def test_observe_reports_an_exhausted_parse_failure_as_a_note():
     state = {"decision": unparsable("x", "no JSON object"), "checks": [], "consecutive_errors": 0}
     update = observe(state, make_context())
