@@ -206,13 +206,14 @@ def test_result_text_says_why_a_value_has_no_text(value):
     ("exc", "text"),
     [
         (SystemExit(2), "the tool called sys.exit(2)"),
+        (SystemExit(), "the tool called sys.exit()"),
         (SystemExit("usage: cli [-h]"), "the tool called sys.exit('usage: cli [-h]')"),
         (KeyboardInterrupt(), "the tool raised KeyboardInterrupt"),
         (ToolException("bad key"), "bad key"),
         (ValueError("bad"), "ValueError: bad"),
         (type("Odd", (Exception,), {"__str__": Unprintable.__str__})(), "Odd: (its message cannot be shown)"),
     ],
-    ids=["exit-code", "exit-message", "keyboard-interrupt", "tool-exception", "error", "str-raises"],
+    ids=["exit-code", "exit-none", "exit-message", "keyboard-interrupt", "tool-exception", "error", "str-raises"],
 )
 def test_describe_error(exc, text):
     assert describe_error(exc) == text

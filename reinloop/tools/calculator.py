@@ -162,8 +162,8 @@ class CalculatorTool(BaseTool):
         "computing in your head."
     )
     args_schema: type[BaseModel] = CalculatorInput
-    # Its work is bounded before it is done, but big-integer arithmetic runs in C holding the GIL, where a
-    # thread cannot be stopped: a worker process can, at the deadline.
+    # It bounds its work up front, but big-integer arithmetic runs in C holding the GIL, where a thread
+    # cannot be stopped at the deadline; a worker process can.
     metadata: dict[str, Any] | None = Field(default_factory=lambda: {POLICY_KEY: {"isolation": "process"}})
 
     def _run(self, expression: str, **_: Any) -> str:

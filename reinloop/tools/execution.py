@@ -17,6 +17,7 @@ import atexit
 import contextvars
 import importlib
 import multiprocessing
+import os
 import signal
 import threading
 import time
@@ -58,8 +59,9 @@ ISOLATIONS: tuple[Isolation, ...] = get_args(Isolation)
 # timeout starts when they start. Each worker is an interpreter with reinloop imported.
 POOL_WORKERS = 2
 # How long a process-isolated call may wait for a worker before it is reported as a timeout: a cold pool
-# starts its workers first (an interpreter importing reinloop: a second or two). The wait is bounded because
-# an unbounded one could block interpreter exit, which joins LangGraph's threads before atexit runs.
+# starts its workers first (an interpreter importing reinloop: a few seconds), and more parallel calls than
+# workers queue. The wait is bounded because an unbounded one could block interpreter exit, which joins
+# LangGraph's threads before atexit runs.
 WORKER_WAIT_S = 30.0
 
 
@@ -200,6 +202,16 @@ def _run_in_worker(tool: BaseTool, args: dict[str, Any], check: ResultCheck, tim
 
 _pool: ProcessPool | None = None
 _pool_lock = threading.Lock()
+
+
+def _forget_pool() -> None:
+    # A forked child inherits the parent's pool object but none of its threads: stopping that pool would
+    # kill the parent's workers. The child starts its own pool if it needs one.
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
 
 
 def _worker_pool() -> ProcessPool:

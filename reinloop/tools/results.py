@@ -96,7 +96,7 @@ def describe_error(exc: BaseException) -> str:
     """What went wrong, for the model: a `ToolException`'s message as is (the tool wrote it for the model),
     `sys.exit()` as such, anything else as `Type: message`. Never raises, even when `str(exc)` does."""
     if isinstance(exc, SystemExit):
-        return f"the tool called sys.exit({_safe_repr(exc.code)})"
+        return f"the tool called sys.exit({'' if exc.code is None else _safe_repr(exc.code)})"
     try:
         message = str(exc)
     except Exception:
