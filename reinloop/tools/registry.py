@@ -131,7 +131,9 @@ class ToolRegistry:
         tools that may hold the GIL (a catastrophic regex) or call `sys.exit()`. The tool and `check_result`
         are pickled to the worker, so they must be defined at module level (a `BaseTool` subclass, or
         `StructuredTool.from_function` with a module-level `args_schema`); the call gets its arguments but
-        not the run's config, so callbacks do not see it.
+        not the run's config, so callbacks do not see it. Workers start from a fresh interpreter
+        (forkserver), which imports the main module again, as all multiprocessing without fork does: a
+        script must keep its work under `if __name__ == "__main__":`.
         """
         lc_tool = as_tool(tool)
         name = lc_tool.name
