@@ -18,7 +18,9 @@ def call(name, args, call_id="c1"):
 
 
 def check(name, args, call_id="c1", error_kind=None, error=None):
-    return CallCheck(call_id=call_id, name=name, args=args, signature=name, error_kind=error_kind, error=error)
+    return CallCheck(
+        call_id=call_id, name=name, args=args, signature=name, key=f"t/1/{call_id}", error_kind=error_kind, error=error
+    )
 
 
 def frozen_call(node, state, *args):
@@ -76,7 +78,9 @@ def test_decide_without_a_task_is_a_developer_error(task):
 
 def test_validate_args_unparsable_with_retry_left_sets_a_correction_hint():
     ctx = make_context(protocol="json")
-    update = frozen_call(validate_args, {"decision": unparsable("{oops", "invalid JSON"), "parse_retries": 0}, ctx)
+    update = frozen_call(
+        validate_args, {"decision": unparsable("{oops", "invalid JSON"), "parse_retries": 0}, ctx, THREAD
+    )
     assert update["parse_retries"] == 1
     hint = update["correction"]
     assert "invalid JSON" in hint and "{oops" in hint and '"action"' in hint  # error, raw reply, expected format
@@ -92,7 +96,7 @@ def test_validate_args_unparsable_without_retries_gives_up_the_retry():
 def test_validate_args_accepts_valid_calls_and_records_canonical_signatures():
     ctx = make_context()
     state = {"decision": act([call("add", {"b": "2", "a": 1})]), "recent_calls": [], "parse_retries": 1}
-    update = frozen_call(validate_args, state, ctx)
+    update = frozen_call(validate_args, state, ctx, THREAD)
     (checked,) = update["checks"]
     assert checked["error_kind"] is None
     # coerced and sorted: the same call however the model spells it
@@ -209,6 +213,18 @@ def test_observe_answers_every_call_in_order_and_counts_errors():
     assert [m.status for m in messages] == ["success", "error", "error"]
     assert [m.content for m in messages] == ["3", "Error: unknown", "Error: failed"]
     assert update["consecutive_errors"] == 2  # success reset 1 -> 0, then two errors
+
+
+def test_observe_sends_outcomes_as_execute_tool_stored_them():
+    # execute_tool cut the tool's output where it was stored; a second cut here would differ from the record.
+    long = "y" * 2_000
+    state = {
+        "decision": act([]),
+        "checks": [check("add", {})],
+        "tool_results": [ToolOutcome(call_id="c1", name="add", content=long, error_kind=None)],
+    }
+    (message,) = observe(state, make_context(observation_max_chars=100))["messages"]
+    assert message.content == long
 
 
 def test_observe_reports_an_exhausted_parse_failure_as_a_note():

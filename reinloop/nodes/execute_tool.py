@@ -2,8 +2,13 @@
 
 Runs once per valid call (a LangGraph `Send` task each), so every finished call is checkpointed on its own
 and a resumed thread never re-runs it. Reads the `CallCheck` it is sent. Writes one `ToolOutcome` to
-`tool_results`. Outcomes: a result, or an error observation for an exception, a timeout, or an empty
-result (pseudo-success). LangGraph control flow (interrupts) passes through untouched.
+`tool_results`. Outcomes: a result, or an error observation for an exception (`sys.exit()` and a crashed
+worker process included), a result that cannot be shown as text, a timeout, or an empty result
+(pseudo-success). Nothing else leaves the node: LangGraph control flow (interrupts) passes through
+untouched, as does an interrupt of the caller's own thread (Ctrl-C).
+
+What the tool produced (its result, or the message of what it raised) is cut to `observation_max_chars`
+here, where it is stored: the checkpoint holds what the model will see, never a tool's whole 10 MB.
 
 The tool gets the call's idempotency key in its config (`reinloop.tools.idempotency_key()`), so a call
 re-run after a crash can find its earlier effect. A tool declared not idempotent is not re-run at all: a
@@ -17,14 +22,13 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import patch_config
-from langchain_core.tools import ToolException
-from langgraph.errors import GraphBubbleUp
 
 from reinloop.context import AgentContext
+from reinloop.memory.window import truncate
 from reinloop.state import CallCheck, ErrorKind, InDoubtCall, ToolOutcome
+from reinloop.storable import clean_text
 from reinloop.tools.effects import IDEMPOTENCY_KEY
-from reinloop.tools.execution import ToolTimeoutError, call_with_timeout, invoke_tool
-from reinloop.tools.results import to_observation
+from reinloop.tools.execution import run_tool
 
 __all__ = [
     "EMPTY_RESULT_TEMPLATE",
@@ -36,7 +40,8 @@ __all__ = [
 
 TOOL_ERROR_TEMPLATE = "Error: {name!r} failed: {error}. Check the arguments, or use another tool if it cannot do this."
 TIMEOUT_TEMPLATE = (
-    "Error: {name!r} did not finish within {timeout:g} s and was abandoned. Try a smaller request, or another tool."
+    "Error: {name!r} did not finish within {timeout:g} s, and its result will not be used. "
+    "Try a smaller request, or another tool."
 )
 EMPTY_RESULT_TEMPLATE = (
     "Error: {name!r} returned no usable result: {reason}. "
@@ -62,18 +67,18 @@ def execute_tool(check: CallCheck, ctx: AgentContext, config: RunnableConfig) ->
         return {**update, "in_doubt": [doubt]}
     config = patch_config(config, configurable={IDEMPOTENCY_KEY: check["key"]})
     timeout = entry.timeout_s or ctx.config.tool_timeout_s
-    try:
-        value = call_with_timeout(lambda: invoke_tool(entry.tool, check["args"], config), timeout)
-    except GraphBubbleUp:
-        raise
-    except ToolTimeoutError:
-        return _outcome(check, TIMEOUT_TEMPLATE.format(name=name, timeout=timeout), "timeout")
-    except Exception as exc:
-        error = str(exc) if isinstance(exc, ToolException) else f"{type(exc).__name__}: {exc}"
-        return _outcome(check, TOOL_ERROR_TEMPLATE.format(name=name, error=error), "tool_error")
-    if reason := entry.check_result(value):
-        return _outcome(check, EMPTY_RESULT_TEMPLATE.format(name=name, reason=reason), "empty_result")
-    return _outcome(check, to_observation(value), None)
+    run = run_tool(entry, check["args"], timeout, config)
+    # The one cut of tool output; reinloop's own feedback around it is kept whole.
+    text = clean_text(truncate(run.text, ctx.config.observation_max_chars))
+    if run.error_kind is None:
+        content = text
+    elif run.error_kind == "timeout":
+        content = TIMEOUT_TEMPLATE.format(name=name, timeout=timeout)
+    elif run.error_kind == "empty_result":
+        content = EMPTY_RESULT_TEMPLATE.format(name=name, reason=text)
+    else:
+        content = TOOL_ERROR_TEMPLATE.format(name=name, error=text)
+    return _outcome(check, content, run.error_kind)
 
 
 def _outcome(check: CallCheck, content: str, error_kind: ErrorKind | None) -> dict[str, Any]:
