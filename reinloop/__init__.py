@@ -1,6 +1,6 @@
 """reinloop: a tool-using LLM agent as an explicit LangGraph state machine, with guard rails."""
 
-from reinloop.checkpoint import sqlite_checkpointer
+from reinloop.checkpoint import open_checkpointer, sqlite_checkpointer
 from reinloop.config import AgentConfig
 from reinloop.draw import draw
 from reinloop.errors import ConfigurationError, InputError, ReinloopError, ResumeError
@@ -8,7 +8,7 @@ from reinloop.graph import build_agent
 from reinloop.protocols import DecisionProtocol, JsonProtocol, ToolCallingProtocol
 from reinloop.resume import prepare_resume, resume
 from reinloop.state import FINISH_REASONS, AgentInput, AgentState, FinishReason
-from reinloop.tools import ToolRegistry, accept_any, default_toolset, reject_empty
+from reinloop.tools import ToolRegistry, accept_any, default_toolset, idempotency_key, reject_empty
 
 __all__ = [
     "FINISH_REASONS",
@@ -28,6 +28,8 @@ __all__ = [
     "build_agent",
     "default_toolset",
     "draw",
+    "idempotency_key",
+    "open_checkpointer",
     "prepare_resume",
     "reject_empty",
     "resume",

@@ -3,8 +3,10 @@ checkpointer to keep its crash-safety promise."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -12,7 +14,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 
 from reinloop.errors import ConfigurationError
 
-__all__ = ["CONFIG_KEY_DURABILITY", "check_checkpointer", "sqlite_checkpointer"]
+__all__ = ["CONFIG_KEY_DURABILITY", "check_checkpointer", "open_checkpointer", "sqlite_checkpointer"]
 
 # LangGraph reads the default durability of a run from this configurable key (it is how a parent graph
 # passes its durability to subgraphs); `build_agent` sets it from AgentConfig.durability.
@@ -35,6 +37,31 @@ def sqlite_checkpointer(path: str | Path) -> SqliteSaver:
     saver.setup()  # switches the file to WAL, which synchronous=NORMAL relies on
     conn.execute("PRAGMA synchronous=NORMAL")
     return saver
+
+
+@contextlib.contextmanager
+def open_checkpointer(db: str | Path) -> Iterator[BaseCheckpointSaver]:
+    """A checkpointer on a SQLite file path or a ``postgresql://`` URL, set up, and closed afterwards.
+
+    PostgreSQL needs the `postgres` extra (``pip install 'reinloop[postgres]'``).
+    """
+    text = str(db)
+    if text.startswith(("postgresql://", "postgres://")):
+        try:
+            from langgraph.checkpoint.postgres import PostgresSaver
+        except ImportError:
+            raise ConfigurationError(
+                "a PostgreSQL checkpointer needs the postgres extra: pip install 'reinloop[postgres]'"
+            ) from None
+        with PostgresSaver.from_conn_string(text) as saver:
+            saver.setup()
+            yield saver
+        return
+    saver = sqlite_checkpointer(db)
+    try:
+        yield saver
+    finally:
+        saver.conn.close()
 
 
 def check_checkpointer(saver: BaseCheckpointSaver) -> None:

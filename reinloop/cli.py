@@ -368,6 +368,8 @@ def _reader(saver: Any) -> Any:
 
 
 def _show(args: argparse.Namespace, console: Any) -> int:
+    from rich.text import Text
+
     with _saver(args.db, must_exist=True) as saver:
         snapshot = _reader(saver).get_state({"configurable": {"thread_id": args.thread}})
         if not snapshot.values:
@@ -376,19 +378,27 @@ def _show(args: argparse.Namespace, console: Any) -> int:
         if args.json:
             console.print_json(json.dumps(_plain(values), default=str))
             return 0
-        console.rule(f"thread {args.thread}")
+        console.rule(Text(f"thread {args.thread}"))
+        # Saved text comes from the model and the tools: printed as plain text, never read as rich markup.
         for key in ("task", "finish_reason", "final_answer", "iteration", "consecutive_errors", "usage"):
-            console.print(f"[bold]{key}[/]: {values.get(key)}", soft_wrap=True)
+            console.print(Text.assemble((key, "bold"), f": {values.get(key)}"), soft_wrap=True)
         if snapshot.next:
             console.print(f"[bold]stopped before[/]: {', '.join(snapshot.next)} (resume continues from there)")
+        for call in values.get("in_doubt") or []:
+            args = json.dumps(call["args"], ensure_ascii=False)
+            detail = (
+                f": {call['name']}({_short(args)}) was in flight when the run stopped and was not run again "
+                f"(the tool is not idempotent); key {call['key']}"
+            )
+            console.print(Text.assemble(("outcome unknown", "bold red"), detail), soft_wrap=True)
         for summary in values.get("summaries") or []:
-            console.print(f"[bold]summary[/]: {_short(summary)}")
+            console.print(Text.assemble(("summary", "bold"), f": {_short(summary)}"))
         console.print("[bold]window[/]:")
         for message in values.get("messages", []):
             label = message.name or message.type
             calls = getattr(message, "tool_calls", None)
             text = message.text or (json.dumps([[c["name"], c["args"]] for c in calls]) if calls else "")
-            console.print(f"  [cyan]{label}[/] {_short(text)}", soft_wrap=True)
+            console.print(Text.assemble("  ", (label, "cyan"), f" {_short(text)}"), soft_wrap=True)
     return 0
 
 

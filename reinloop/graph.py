@@ -163,14 +163,15 @@ def build_agent(
     graph.add_edge(COMPRESS_MEMORY, CHECK_FINISH)
     graph.add_conditional_edges(CHECK_FINISH, route_after_check_finish)
     graph.add_edge(CIRCUIT_BREAK, END)
-    if checkpointer is not None:
-        check_checkpointer(checkpointer)
     compiled = _Agent.of(graph.compile(checkpointer=checkpointer, store=store, name=name))
-    # The durability is a default every invocation path reads (invoke, stream, batch, subgraphs), unless
-    # the caller passes durability= explicitly. Without a checkpointer there is nothing to save, and
-    # LangGraph 1.2 fails every step under "sync" (it waits for a save that never started).
-    configurable = {CONFIG_KEY_DURABILITY: config.durability} if checkpointer is not None else {}
-    return compiled.with_config(recursion_limit=recursion_limit(config.max_iterations), configurable=configurable)
+    compiled = compiled.with_config(recursion_limit=recursion_limit(config.max_iterations))
+    if checkpointer is None:
+        # LangGraph has nothing to make durable (and fails on a durability without a checkpointer).
+        return compiled
+    check_checkpointer(checkpointer)
+    # A default every invocation path reads (invoke, stream, batch, subgraphs) unless the caller passes
+    # durability= explicitly.
+    return compiled.with_config(configurable={CONFIG_KEY_DURABILITY: config.durability})
 
 
 class _Agent(CompiledStateGraph):

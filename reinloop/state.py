@@ -31,6 +31,7 @@ __all__ = [
     "Decision",
     "ErrorKind",
     "FinishReason",
+    "InDoubtCall",
     "TokenUsage",
     "ToolOutcome",
     "act",
@@ -57,6 +58,7 @@ ErrorKind = Literal[
     "tool_error",  # the tool raised
     "timeout",  # the tool did not finish in time and was abandoned
     "empty_result",  # the tool "succeeded" with an empty or meaningless result (pseudo-success)
+    "unknown_outcome",  # a non-idempotent call was in flight when the process died; it is not run again
 ]
 
 
@@ -93,6 +95,7 @@ class CallCheck(TypedDict):
     name: str
     args: dict[str, Any]
     signature: str  # tool name + canonical arguments, for dead-loop detection
+    key: str  # idempotency key: thread id, call number and call id; the same on a re-run after a crash
     error_kind: ErrorKind | None
     error: str | None  # feedback for the model when rejected
 
@@ -104,6 +107,15 @@ class ToolOutcome(TypedDict):
     name: str
     content: str  # the observation text sent back to the model
     error_kind: ErrorKind | None
+
+
+class InDoubtCall(TypedDict):
+    """A non-idempotent call that was in flight when its process died: it may or may not have had its effect."""
+
+    call_id: str
+    name: str
+    args: dict[str, Any]
+    key: str
 
 
 class TokenUsage(TypedDict):
@@ -194,6 +206,11 @@ class AgentState(TypedDict, total=False):
     checks: list[CallCheck]
     # Outcomes of this round's executed calls, one per execute_tool task; validate_args resets it.
     tool_results: Annotated[list[ToolOutcome], operator.add]
+    # Tool calls validated in this thread so far, numbering their idempotency keys; validate_args counts,
+    # never reset.
+    calls_seen: int
+    # Non-idempotent calls whose outcome is unknown after a crash, for the operator; execute_tool appends.
+    in_doubt: Annotated[list[InDoubtCall], operator.add]
     # Signatures of the calls in each of the last `loop_window` decisions; written by validate_args.
     recent_calls: list[list[str]]
     # Completed decision rounds; check_finish increments, a new task resets.

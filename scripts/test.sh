@@ -16,6 +16,9 @@ python3 -m venv .venv
 # torch first, pinned: this version is a CPU build here, while an unpinned torch pulls a CUDA build.
 .venv/bin/pip install -q torch==2.13.0
 # The dev extra includes the local model: llama-cpp-python compiles for about 11 minutes the first time.
+# A portable AVX2 build: llama-cpp-python 0.3.36 built for the native CPU (AVX-512, AMX) segfaults here
+# on every batched decode.
+export CMAKE_ARGS="${CMAKE_ARGS:-$(cat scripts/llama-cmake-args)}"
 .venv/bin/pip install -q -e '.[dev]'
 .venv/bin/python -m pytest "$@"
 .venv/bin/ruff check .

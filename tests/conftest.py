@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import uuid
@@ -14,7 +13,7 @@ import pytest
 from langchain_core.tools import ToolException, tool
 from langgraph.checkpoint.memory import InMemorySaver
 
-from reinloop import AgentConfig, build_agent, sqlite_checkpointer
+from reinloop import AgentConfig, build_agent
 from reinloop.context import AgentContext
 from reinloop.protocols import get_protocol
 from reinloop.testing import ScriptedChatModel
@@ -103,23 +102,6 @@ def postgres_url() -> str:
             pytest.fail(f"CI needs PostgreSQL at {POSTGRES_URL} (scripts/start-postgres.sh): {exc}")
         pytest.skip(f"no PostgreSQL at {POSTGRES_URL}; run scripts/start-postgres.sh")
     return POSTGRES_URL
-
-
-@contextlib.contextmanager
-def open_checkpointer(db: str):
-    """A checkpointer on a SQLite file path or a postgresql:// URL, closed afterwards."""
-    if db.startswith("postgresql://"):
-        from langgraph.checkpoint.postgres import PostgresSaver
-
-        with PostgresSaver.from_conn_string(db) as saver:
-            saver.setup()
-            yield saver
-    else:
-        saver = sqlite_checkpointer(db)
-        try:
-            yield saver
-        finally:
-            saver.conn.close()
 
 
 def new_thread() -> dict:

@@ -15,7 +15,8 @@ from pathlib import Path
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 
-from reinloop import AgentConfig, build_agent, sqlite_checkpointer
+from reinloop import AgentConfig, build_agent
+from reinloop.checkpoint import open_checkpointer
 from reinloop.testing import ScriptedChatModel, parallel_calls, tool_call
 
 mode, db, log, arm = sys.argv[1], sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4])
@@ -67,11 +68,5 @@ def run(saver) -> None:
     print(json.dumps({"final_answer": result.get("final_answer"), "finish_reason": result.get("finish_reason")}))
 
 
-if db.startswith("postgresql://"):
-    from langgraph.checkpoint.postgres import PostgresSaver
-
-    with PostgresSaver.from_conn_string(db) as postgres:
-        postgres.setup()
-        run(postgres)
-else:
-    run(sqlite_checkpointer(db))
+with open_checkpointer(db) as saver:
+    run(saver)

@@ -6,8 +6,9 @@ import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
 from reinloop import AgentConfig, build_agent, resume
+from reinloop.checkpoint import open_checkpointer
 from reinloop.testing import ScriptedChatModel, tool_call
-from tests.conftest import add, new_thread, open_checkpointer
+from tests.conftest import add, new_thread
 
 SCRIPT = [tool_call("add", {"a": n, "b": 1}) for n in range(3)] + [tool_call("nope"), "3 is the last sum"]
 

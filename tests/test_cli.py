@@ -128,6 +128,31 @@ def test_a_model_server_failing_mid_run_is_one_line_and_keeps_the_saved_steps(se
     assert [m["type"] for m in state["messages"]] == ["ai", "tool"]  # the first round was saved
 
 
+def test_show_reports_calls_whose_outcome_is_unknown(home):
+    from langchain_core.tools import tool
+
+    from reinloop import build_agent, sqlite_checkpointer
+    from reinloop.testing import ScriptedChatModel, tool_call
+
+    @tool
+    def send(text: str) -> str:
+        """Send [bold]text[/] once."""
+        return "sent"
+
+    saver = sqlite_checkpointer(home / "runs.sqlite")
+    agent = build_agent(ScriptedChatModel(replies=[tool_call("send", {"text": "[/]hi"}), "done"]), [send],
+                        checkpointer=saver)  # fmt: skip
+    config = {"configurable": {"thread_id": "t-doubt"}}
+    agent.invoke({"task": "send"}, config)
+    doubt = {"call_id": "c1", "name": "send", "args": {"text": "[/]hi"}, "key": "t-doubt/1/c1"}
+    agent.update_state(config, {"in_doubt": [doubt]})
+    saver.conn.close()
+    shown = cli("show", "t-doubt", home=home)
+    assert shown.returncode == 0, shown.stderr
+    assert 'outcome unknown: send({"text": "[/]hi"}) was in flight' in shown.stdout
+    assert "key t-doubt/1/c1" in shown.stdout
+
+
 @pytest.mark.parametrize("task", ["", "   "], ids=["empty", "blank"])
 def test_a_blank_task_is_a_usage_error_before_anything_starts(home, task):
     done = cli("run", task, home=home, timeout=60)

@@ -10,7 +10,7 @@ from reinloop.nodes import check_finish, circuit_break, compress_memory, decide,
 from reinloop.state import CallCheck, ToolOutcome, act, answer, unparsable
 from reinloop.testing import ScriptedChatModel, tool_call
 from reinloop.tools import ToolRegistry, accept_any
-from tests.conftest import add, explode, lookup, make_context
+from tests.conftest import THREAD, add, explode, lookup, make_context
 
 
 def call(name, args, call_id="c1"):
@@ -18,7 +18,9 @@ def call(name, args, call_id="c1"):
 
 
 def check(name, args, call_id="c1", error_kind=None, error=None):
-    return CallCheck(call_id=call_id, name=name, args=args, signature=name, error_kind=error_kind, error=error)
+    return CallCheck(
+        call_id=call_id, name=name, args=args, signature=name, key=f"t/1/{call_id}", error_kind=error_kind, error=error
+    )
 
 
 def frozen_call(node, state, *args):
@@ -76,7 +78,9 @@ def test_decide_without_a_task_is_a_developer_error(task):
 
 def test_validate_args_unparsable_with_retry_left_sets_a_correction_hint():
     ctx = make_context(protocol="json")
-    update = frozen_call(validate_args, {"decision": unparsable("{oops", "invalid JSON"), "parse_retries": 0}, ctx)
+    update = frozen_call(
+        validate_args, {"decision": unparsable("{oops", "invalid JSON"), "parse_retries": 0}, ctx, THREAD
+    )
     assert update["parse_retries"] == 1
     hint = update["correction"]
     assert "invalid JSON" in hint and "{oops" in hint and '"action"' in hint  # error, raw reply, expected format
@@ -85,14 +89,14 @@ def test_validate_args_unparsable_with_retry_left_sets_a_correction_hint():
 
 def test_validate_args_unparsable_without_retries_gives_up_the_retry():
     ctx = make_context(max_parse_retries=1)
-    update = validate_args({"decision": unparsable("x", "bad"), "parse_retries": 1}, ctx)
+    update = validate_args({"decision": unparsable("x", "bad"), "parse_retries": 1}, ctx, THREAD)
     assert update["correction"] is None and update["parse_retries"] == 0 and update["checks"] == []
 
 
 def test_validate_args_accepts_valid_calls_and_records_canonical_signatures():
     ctx = make_context()
     state = {"decision": act([call("add", {"b": "2", "a": 1})]), "recent_calls": [], "parse_retries": 1}
-    update = frozen_call(validate_args, state, ctx)
+    update = frozen_call(validate_args, state, ctx, THREAD)
     (checked,) = update["checks"]
     assert checked["error_kind"] is None
     # coerced and sorted: the same call however the model spells it
@@ -113,7 +117,7 @@ def test_validate_args_accepts_valid_calls_and_records_canonical_signatures():
 )
 def test_validate_args_rejects_bad_calls_with_actionable_feedback(name, args, kind, mentions):
     ctx = make_context()
-    update = validate_args({"decision": act([call(name, args)]), "recent_calls": []}, ctx)
+    update = validate_args({"decision": act([call(name, args)]), "recent_calls": []}, ctx, THREAD)
     (checked,) = update["checks"]
     assert checked["error_kind"] == kind
     for text in mentions:
@@ -131,7 +135,9 @@ def test_validate_args_lets_schemas_that_allow_extra_arguments_have_them():
     search = StructuredTool.from_function(
         lambda query, **kw: query, name="search", description="Search.", args_schema=Options
     )
-    update = validate_args({"decision": act([call("search", {"query": "x", "lang": "en"})])}, make_context([search]))
+    update = validate_args(
+        {"decision": act([call("search", {"query": "x", "lang": "en"})])}, make_context([search]), THREAD
+    )
     assert update["checks"][0]["error_kind"] is None
 
 
@@ -139,17 +145,17 @@ def test_validate_args_refuses_the_repeat_that_exceeds_max_repeats_within_the_wi
     ctx = make_context(loop_window=3, max_repeats=2)
     sig = 'add{"a": 1, "b": 2}'
     state = {"decision": act([call("add", {"a": 1, "b": 2})]), "recent_calls": [[sig], [sig]]}
-    (checked,) = validate_args(state, ctx)["checks"]
+    (checked,) = validate_args(state, ctx, THREAD)["checks"]
     assert checked["error_kind"] == "repeated_call" and "3 times in the last 3 decisions" in checked["error"]
     # outside the window the old calls no longer count
     state = {**state, "recent_calls": [[sig], [sig], ['lookup{"key": "x"}'], ['lookup{"key": "y"}']]}
-    update = validate_args(state, ctx)
+    update = validate_args(state, ctx, THREAD)
     assert update["checks"][0]["error_kind"] is None
     assert len(update["recent_calls"]) == 3
 
 
 def test_validate_args_final_answer_has_no_checks():
-    update = validate_args({"decision": answer("42")}, make_context())
+    update = validate_args({"decision": answer("42")}, make_context(), THREAD)
     assert update["checks"] == [] and update["correction"] is None
 
 
@@ -207,6 +213,18 @@ def test_observe_answers_every_call_in_order_and_counts_errors():
     assert [m.status for m in messages] == ["success", "error", "error"]
     assert [m.content for m in messages] == ["3", "Error: unknown", "Error: failed"]
     assert update["consecutive_errors"] == 2  # success reset 1 -> 0, then two errors
+
+
+def test_observe_sends_outcomes_as_execute_tool_stored_them():
+    # execute_tool cut the tool's output where it was stored; a second cut here would differ from the record.
+    long = "y" * 2_000
+    state = {
+        "decision": act([]),
+        "checks": [check("add", {})],
+        "tool_results": [ToolOutcome(call_id="c1", name="add", content=long, error_kind=None)],
+    }
+    (message,) = observe(state, make_context(observation_max_chars=100))["messages"]
+    assert message.content == long
 
 
 def test_observe_reports_an_exhausted_parse_failure_as_a_note():

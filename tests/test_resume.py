@@ -11,8 +11,9 @@ from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from reinloop import ConfigurationError, ResumeError, build_agent, resume
+from reinloop.checkpoint import open_checkpointer
 from reinloop.testing import ScriptedChatModel, tool_call
-from tests.conftest import THREAD, add, make_agent, new_thread, open_checkpointer
+from tests.conftest import THREAD, add, make_agent, new_thread
 
 WORKER = Path(__file__).with_name("crash_worker.py")
 

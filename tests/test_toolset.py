@@ -230,6 +230,7 @@ def test_db_query_is_read_only_and_bounded(database, sql, error):
     conn = sqlite3.connect(database.path)
     assert conn.execute("SELECT title FROM notes").fetchall() == [("keep",)]
     assert [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")] == [
+        "_reinloop_effects",  # the ledger of idempotency keys
         "notes",
         "contacts",
         "expenses",

@@ -1,9 +1,9 @@
 """observe: turn this round's checks and outcomes into observations for the model.
 
 Reads `decision`, `checks`, `tool_results`, `consecutive_errors`. Writes `messages` (exactly one
-`ToolMessage` per requested call, in the order requested, rejected calls included, tool output cut to
-`observation_max_chars`; or one note when the reply could not be parsed) and `consecutive_errors` (each
-error adds one, a real success resets it).
+`ToolMessage` per requested call, in the order requested, rejected calls included, each outcome as
+execute_tool stored it, tool output already cut; or one note when the reply could not be parsed) and
+`consecutive_errors` (each error adds one, a real success resets it).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from typing import Any
 from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
 
 from reinloop.context import AgentContext
-from reinloop.memory.window import truncate
 from reinloop.state import AgentState
 
 __all__ = ["PARSE_FAILED_TEMPLATE", "observe"]
@@ -35,9 +34,7 @@ def observe(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
             outcome = outcomes.get(call_id)
             if outcome is None:
                 raise RuntimeError(f"tool call {call_id!r} ({check['name']!r}) was validated but has no outcome")
-            # What a tool returns is cut to observation_max_chars; reinloop's own feedback is kept whole.
-            content = truncate(outcome["content"], ctx.config.observation_max_chars)
-            error_kind = outcome["error_kind"]
+            content, error_kind = outcome["content"], outcome["error_kind"]
         else:
             content, error_kind = check["error"] or "", check["error_kind"]
         messages.append(

@@ -1,9 +1,10 @@
 """validate_args: check every requested call before anything runs.
 
-Reads `decision`, `parse_retries`, `recent_calls`. Writes `checks`, `recent_calls`, `parse_retries`,
-`correction`, and resets `tool_results`. Outcomes: a correction hint for a retry of an unparsable reply;
-exhausted retries (observe reports the parse error); a final answer; and for tool calls one `CallCheck`
-each, either ready to run or rejected as unknown tool, invalid arguments, or a repeated call (dead loop).
+Reads `decision`, `parse_retries`, `recent_calls`, `calls_seen`. Writes `checks` (each with its
+idempotency key), `recent_calls`, `calls_seen`, `parse_retries`, `correction`, and resets `tool_results`.
+Outcomes: a correction hint for a retry of an unparsable reply; exhausted retries (observe reports the
+parse error); a final answer; and for tool calls one `CallCheck` each, either ready to run or rejected as
+unknown tool, invalid arguments, or a repeated call (dead loop).
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ import json
 from collections import Counter
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.types import Overwrite
 from pydantic import ValidationError
 
 from reinloop.context import AgentContext
 from reinloop.state import AgentState, CallCheck, Decision, ErrorKind
+from reinloop.tools.effects import call_key
 from reinloop.tools.registry import RegisteredTool
 
 __all__ = [
@@ -42,7 +45,7 @@ REPEATED_CALL_TEMPLATE = (
 )
 
 
-def validate_args(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
+def validate_args(state: AgentState, ctx: AgentContext, config: RunnableConfig) -> dict[str, Any]:
     decision = state["decision"]
     update: dict[str, Any] = {"tool_results": Overwrite([]), "checks": [], "correction": None}
     if decision["kind"] == "unparsable":
@@ -56,7 +59,13 @@ def validate_args(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
     update["parse_retries"] = 0
     if decision["kind"] == "act":
         checks, recent_calls = _check_calls(decision, state.get("recent_calls") or [], ctx)
-        update["checks"] = checks
+        seen = state.get("calls_seen", 0)
+        thread_id = (config.get("configurable") or {}).get("thread_id")
+        update["checks"] = [
+            {**check, "key": call_key(thread_id, seen + number, check["call_id"])}
+            for number, check in enumerate(checks, start=1)
+        ]
+        update["calls_seen"] = seen + len(checks)
         update["recent_calls"] = recent_calls
     return update
 
@@ -102,7 +111,9 @@ def _check_call(call: dict[str, Any], ctx: AgentContext) -> CallCheck:
 def _check(
     call_id: str, name: str, args: Any, signature: str, error_kind: ErrorKind | None, error: str | None
 ) -> CallCheck:
-    return CallCheck(call_id=call_id, name=name, args=args, signature=signature, error_kind=error_kind, error=error)
+    return CallCheck(
+        call_id=call_id, name=name, args=args, signature=signature, key="", error_kind=error_kind, error=error
+    )
 
 
 def _validate(entry: RegisteredTool, args: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:

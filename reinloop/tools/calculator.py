@@ -12,6 +12,8 @@ from typing import Any
 from langchain_core.tools import BaseTool, ToolException
 from pydantic import BaseModel, Field
 
+from reinloop.tools.registry import POLICY_KEY
+
 __all__ = ["CalculatorInput", "CalculatorTool", "evaluate"]
 
 MAX_EXPRESSION_CHARS = 200
@@ -160,6 +162,9 @@ class CalculatorTool(BaseTool):
         "computing in your head."
     )
     args_schema: type[BaseModel] = CalculatorInput
+    # It bounds its work up front, but big-integer arithmetic runs in C holding the GIL, where a thread
+    # cannot be stopped at the deadline; a worker process can.
+    metadata: dict[str, Any] | None = Field(default_factory=lambda: {POLICY_KEY: {"isolation": "process"}})
 
     def _run(self, expression: str, **_: Any) -> str:
         return _format(evaluate(expression))

@@ -1,8 +1,10 @@
 """db_insert / db_query: a real SQLite database in the workspace.
 
 Inserts go into tables declared when the toolset is built, with values bound as parameters; the model
-picks a table and columns only from the declared names. Queries run on a read-only connection whose
-authorizer allows reading and nothing else, one statement at a time, with a row limit and a work limit.
+picks a table and columns only from the declared names. Each insert records the call's idempotency key in
+the same transaction, so a call re-run after a crash inserts nothing and answers as the first run did.
+Queries run on a read-only connection whose authorizer allows reading and nothing else, one statement at a
+time, with a row limit and a work limit.
 """
 
 from __future__ import annotations
@@ -13,8 +15,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, ToolException
 from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from reinloop.tools.effects import EffectLedger, idempotency_key
 
 __all__ = ["DEFAULT_TABLES", "Database", "DbInsertTool", "DbQueryTool"]
 
@@ -46,9 +51,12 @@ class Database:
                 raise ValueError(f"table {table!r}: names must be identifiers and columns non-empty, bad: {bad}")
             if {"id", "created_at"} & set(columns):
                 raise ValueError(f"table {table!r}: 'id' and 'created_at' are added automatically")
+        if EffectLedger.TABLE in tables:
+            raise ValueError(f"the table name {EffectLedger.TABLE!r} is reserved by reinloop")
         self.path = Path(path)
         self.tables = {table: tuple(columns) for table, columns in tables.items()}
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.ledger = EffectLedger(self.path)
         with sqlite3.connect(self.path) as conn:
             for table, columns in self.tables.items():
                 # Identifiers come from the developer's declaration, checked above, never from the model.
@@ -59,7 +67,9 @@ class Database:
                 )
         conn.close()
 
-    def insert(self, table: str, values: Mapping[str, Any]) -> int:
+    def insert(self, table: str, values: Mapping[str, Any], key: str | None = None) -> int:
+        """Insert a row and return its id. With an idempotency `key` that was already used, insert nothing
+        and return the id of the row that the first call with that key inserted."""
         columns = self.tables.get(table)
         if columns is None:
             raise ToolException(f"unknown table {table!r}; tables: {', '.join(self.tables)}")
@@ -70,10 +80,13 @@ class Database:
         quoted = ", ".join(f'"{name}"' for name in names)
         placeholders = ", ".join("?" for _ in names)
         sql = f'INSERT INTO "{table}" ({quoted}) VALUES ({placeholders})'
-        with sqlite3.connect(self.path) as conn:
-            rowid = conn.execute(sql, [values[name] for name in names]).lastrowid
-        conn.close()
-        return int(rowid or 0)
+        with self.ledger.transaction() as conn:
+            if key is not None and (done := self.ledger.done(conn, key)) is not None:
+                return int(done[0])
+            rowid = int(conn.execute(sql, [values[name] for name in names]).lastrowid or 0)
+            if key is not None:
+                self.ledger.record(conn, key, str(rowid), table)
+        return rowid
 
     def query(self, sql: str, max_rows: int) -> tuple[list[str], list[tuple[Any, ...]], bool]:
         """Columns, at most `max_rows` rows, and whether more rows were left out."""
@@ -95,7 +108,9 @@ class Database:
             conn.close()
 
 
-def _read_only(action: int, *_: Any) -> int:
+def _read_only(action: int, table: str | None, *_: Any) -> int:
+    if action == sqlite3.SQLITE_READ and table == EffectLedger.TABLE:
+        return sqlite3.SQLITE_DENY  # reinloop's bookkeeping, not the agent's data
     return sqlite3.SQLITE_OK if action in _READ_ACTIONS else sqlite3.SQLITE_DENY
 
 
@@ -135,11 +150,11 @@ class DbInsertTool(BaseTool):
     def __init__(self, database: Database, **kwargs: Any) -> None:
         super().__init__(database=database, args_schema=insert_input_model(database.tables), **kwargs)
 
-    def _run(self, table: str, values: dict[str, Any], **_: Any) -> str:
+    def _run(self, table: str, values: dict[str, Any], config: RunnableConfig, **_: Any) -> str:
         for column, value in values.items():
             if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
                 raise ToolException(f"the value for {column!r} is over {MAX_VALUE_CHARS} characters")
-        rowid = self.database.insert(table, values)
+        rowid = self.database.insert(table, values, key=idempotency_key(config))
         return f"inserted row {rowid} into {table}"
 
 

@@ -3,23 +3,35 @@
 Paths are relative to the workspace. Absolute paths, and `..` or symlinks that lead outside it, are refused;
 reads and writes are size-limited, and writes are atomic (a temporary file renamed into place), so a
 crash never leaves half a file.
+
+A write is made exactly once per call: before it, the call's idempotency key is recorded in the workspace's
+ledger with the file's content hash before and after; a re-run of the same call finds the key and writes
+only if the file still has its content from before (the first run died before its rename), so an append
+is never appended twice.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, ToolException
 from pydantic import BaseModel, ConfigDict, Field
+
+from reinloop.tools.effects import EffectLedger, idempotency_key
 
 __all__ = ["FileReadTool", "FileWriteTool", "Workspace"]
 
 MAX_READ_BYTES = 256_000
 MAX_WRITE_CHARS = 100_000
 MAX_PATH_CHARS = 255
+# reinloop's own files in the workspace (the write ledger); the agent's tools may not touch them.
+PRIVATE_FOLDER = ".reinloop"
 
 
 class Workspace:
@@ -28,6 +40,14 @@ class Workspace:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
+        self._ledger: EffectLedger | None = None
+
+    @property
+    def ledger(self) -> EffectLedger:
+        """The record of writes made, by idempotency key (created on first use)."""
+        if self._ledger is None:
+            self._ledger = EffectLedger(self.root / PRIVATE_FOLDER / "effects.sqlite")
+        return self._ledger
 
     def resolve(self, path: str) -> Path:
         """The real location of `path`, which must stay inside the workspace once symlinks are followed."""
@@ -39,6 +59,8 @@ class Workspace:
         target = (self.root / relative).resolve()
         if not target.is_relative_to(self.root):
             raise ToolException(f"{path!r} leads outside the workspace; use a path inside it")
+        if target.relative_to(self.root).parts[:1] == (PRIVATE_FOLDER,):
+            raise ToolException(f"{path!r} is in reinloop's private folder {PRIVATE_FOLDER!r}; use another path")
         return target
 
     def __repr__(self) -> str:
@@ -94,19 +116,55 @@ class FileWriteTool(BaseTool):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    def _run(self, path: str, content: str, mode: str = "overwrite", **_: Any) -> str:
+    def _run(self, path: str, content: str, config: RunnableConfig, mode: str = "overwrite", **_: Any) -> str:
         if len(content) > MAX_WRITE_CHARS:
             raise ToolException(f"the content is {len(content)} characters; the limit is {MAX_WRITE_CHARS}")
         target = self.workspace.resolve(path)
         if target.is_dir():
             raise ToolException(f"{path!r} is a folder; give a file name")
+        key = idempotency_key(config)
+        if key is None:
+            return self._write(target, self._new_content(target, content, mode))
+        ledger = self.workspace.ledger
+        with ledger.transaction() as conn:
+            done = ledger.done(conn, key)
+            if done is None:
+                new = self._new_content(target, content, mode)
+                # Recorded before the write: if the process dies between the two, the re-run finds the key
+                # and the file as it was before, and writes then.
+                result = self._describe(target, new)
+                ledger.record(conn, key, result, json.dumps({"path": str(target), "before": _content_hash(target)}))
+        if done is None:
+            return self._write(target, new)
+        result, detail = done
+        if _content_hash(target) == json.loads(detail)["before"]:
+            # The first run recorded the key but died before its rename; the content it meant to write is
+            # computed again from the same file.
+            return self._write(target, self._new_content(target, content, mode))
+        return result
+
+    def _new_content(self, target: Path, content: str, mode: str) -> str:
         if mode == "append" and target.exists():
             content = target.read_text(encoding="utf-8") + content
             if len(content) > MAX_WRITE_CHARS:
                 raise ToolException(f"the file would grow to {len(content)} characters; the limit is {MAX_WRITE_CHARS}")
+        return content
+
+    def _write(self, target: Path, content: str) -> str:
         target.parent.mkdir(parents=True, exist_ok=True)
         _atomic_write(target, content)
+        return self._describe(target, content)
+
+    def _describe(self, target: Path, content: str) -> str:
         return f"wrote {len(content)} characters to {target.relative_to(self.workspace.root).as_posix()}"
+
+
+def _content_hash(target: Path) -> str | None:
+    """The SHA-256 of a file's bytes, None when it does not exist."""
+    try:
+        return hashlib.sha256(target.read_bytes()).hexdigest()
+    except FileNotFoundError:
+        return None
 
 
 def _atomic_write(target: Path, content: str) -> None:

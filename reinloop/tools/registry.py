@@ -1,8 +1,9 @@
-"""The tools an agent may call, by name, with their schemas, time limits and result checks."""
+"""The tools an agent may call, by name, with their schemas, time limits, result checks and run policy."""
 
 from __future__ import annotations
 
 import json
+import pickle
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -11,12 +12,18 @@ from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel
 
 from reinloop.errors import ConfigurationError
+from reinloop.tools.execution import ISOLATIONS, Isolation
 from reinloop.tools.results import ResultCheck, reject_empty
 
-__all__ = ["RESERVED_TOOL_NAMES", "RegisteredTool", "ToolRegistry", "as_tool"]
+__all__ = ["POLICY_KEY", "RESERVED_TOOL_NAMES", "RegisteredTool", "ToolRegistry", "as_tool"]
 
 # Names the decision protocols use for themselves (the json protocol's final answer action).
 RESERVED_TOOL_NAMES = frozenset({"final_answer"})
+
+# A tool declares its own run policy in its LangChain metadata, `{"reinloop": {"isolation": "process"}}`;
+# the arguments of `ToolRegistry.add` override it. The policy's keys and their defaults:
+POLICY_KEY = "reinloop"
+_POLICY_DEFAULTS: dict[str, Any] = {"isolation": "thread", "idempotent": True}
 
 
 def as_tool(obj: BaseTool | Callable[..., Any]) -> BaseTool:
@@ -45,6 +52,8 @@ class RegisteredTool:
     schema: type[BaseModel] | None  # the arguments the model controls; None when the tool has no pydantic schema
     schema_json: dict[str, Any]  # the same as JSON schema, shown to the model
     extra_args: bool  # whether the tool's own schema accepts arguments it does not declare
+    isolation: Isolation  # where a call runs: a thread of this process, or a worker process killed at the deadline
+    idempotent: bool  # whether running the same call twice has no further effect (safe to run again)
 
     @property
     def name(self) -> str:
@@ -58,6 +67,42 @@ def _call_schema(tool: BaseTool) -> tuple[type[BaseModel] | None, dict[str, Any]
     if isinstance(schema, type) and issubclass(schema, BaseModel):
         return schema, schema.model_json_schema()
     return None, dict(schema) if isinstance(schema, dict) else {}
+
+
+def _policy(tool: BaseTool, **given: Any) -> dict[str, Any]:
+    """The tool's run policy: the defaults, then what the tool declares in its metadata, then `given`."""
+    declared = (tool.metadata or {}).get(POLICY_KEY, {})
+    if not isinstance(declared, dict) or set(declared) - set(_POLICY_DEFAULTS):
+        raise ConfigurationError(
+            f"tool {tool.name!r} declares metadata[{POLICY_KEY!r}] = {declared!r}; it must be a dict with "
+            f"the keys {', '.join(map(repr, _POLICY_DEFAULTS))}"
+        )
+    policy = {**_POLICY_DEFAULTS, **declared, **{key: value for key, value in given.items() if value is not None}}
+    if policy["isolation"] not in ISOLATIONS:
+        raise ConfigurationError(
+            f"isolation for tool {tool.name!r} must be one of {', '.join(map(repr, ISOLATIONS))}, "
+            f"got {policy['isolation']!r}"
+        )
+    if not isinstance(policy["idempotent"], bool):
+        raise ConfigurationError(
+            f"idempotent for tool {tool.name!r} must be True or False, got {policy['idempotent']!r}"
+        )
+    return policy
+
+
+def _require_picklable(tool: BaseTool, check_result: ResultCheck) -> None:
+    # Each process-isolated call pickles the tool and its result check to a worker: refuse it now rather
+    # than at the first call.
+    for what, obj in (("the tool", tool), ("its check_result", check_result)):
+        try:
+            pickle.dumps(obj)
+        except Exception as exc:
+            raise ConfigurationError(
+                f"tool {tool.name!r} has isolation='process', but {what} cannot be pickled to a worker "
+                f"process ({type(exc).__name__}: {exc}). Define it at module level: a BaseTool subclass, or "
+                f"StructuredTool.from_function with a module-level function and args_schema (the @tool "
+                f"decorator makes classes pickle cannot find); or use isolation='thread'."
+            ) from None
 
 
 class ToolRegistry:
@@ -74,9 +119,22 @@ class ToolRegistry:
         *,
         check_result: ResultCheck = reject_empty,
         timeout_s: float | None = None,
+        isolation: Isolation | None = None,
+        idempotent: bool | None = None,
     ) -> BaseTool:
         """Register a tool. `check_result` decides what counts as an empty result; `timeout_s` overrides
-        the agent's tool timeout for this tool. A duplicate or reserved name raises `ConfigurationError`."""
+        the agent's tool timeout for this tool. A duplicate or reserved name raises `ConfigurationError`.
+
+        `isolation` and `idempotent` default to the tool's own declaration in its metadata
+        (`{"reinloop": {"isolation": "process", "idempotent": False}}`), else "thread" and True.
+        `isolation="process"` runs each call in a warm worker process that is killed at the deadline: for
+        tools that may hold the GIL (a catastrophic regex) or call `sys.exit()`. The tool and `check_result`
+        are pickled to the worker, so they must be defined at module level (a `BaseTool` subclass, or
+        `StructuredTool.from_function` with a module-level `args_schema`); the call gets its arguments but
+        not the run's config, so callbacks do not see it. Workers start from a fresh interpreter
+        (forkserver), which imports the main module again, as all multiprocessing without fork does: a
+        script must keep its work under `if __name__ == "__main__":`.
+        """
         lc_tool = as_tool(tool)
         name = lc_tool.name
         if name in self._tools:
@@ -92,7 +150,19 @@ class ToolRegistry:
             and issubclass(own_schema, BaseModel)
             and own_schema.model_config.get("extra") == "allow"
         )
-        self._tools[name] = RegisteredTool(lc_tool, check_result, timeout_s, schema, schema_json, extra_args)
+        policy = _policy(lc_tool, isolation=isolation, idempotent=idempotent)
+        if policy["isolation"] == "process":
+            _require_picklable(lc_tool, check_result)
+        self._tools[name] = RegisteredTool(
+            tool=lc_tool,
+            check_result=check_result,
+            timeout_s=timeout_s,
+            schema=schema,
+            schema_json=schema_json,
+            extra_args=extra_args,
+            isolation=policy["isolation"],
+            idempotent=policy["idempotent"],
+        )
         return lc_tool
 
     def get(self, name: str) -> RegisteredTool | None:
