@@ -18,6 +18,7 @@ from langgraph.types import Overwrite
 from pydantic import ValidationError
 
 from reinloop.context import AgentContext
+from reinloop.memory.window import truncate
 from reinloop.state import AgentState, CallCheck, Decision, ErrorKind
 from reinloop.tools.effects import call_key
 from reinloop.tools.registry import RegisteredTool
@@ -145,10 +146,7 @@ def _describe(error: Any) -> str:
     field = ".".join(str(part) for part in error["loc"]) or "arguments"
     if error["type"] == "missing":
         return f"{field}: missing (required)"
-    shown = repr(error["input"])
-    if len(shown) > 80:
-        shown = shown[:77] + "..."
-    return f"{field}: {error['msg']} (got {shown})"
+    return f"{field}: {error['msg']} (got {truncate(repr(error['input']), 80)})"
 
 
 def _schema_hint(entry: RegisteredTool) -> str:
