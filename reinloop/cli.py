@@ -23,7 +23,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from reinloop.errors import ReinloopError
-from reinloop.state import FINISH_REASONS
+from reinloop.state import FINISH_REASONS, read_input
 
 __all__ = ["EXIT_CODES", "main"]
 
@@ -155,6 +155,8 @@ def _common_options(command: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace, console: Any) -> int:
+    # Checked before a model server starts or a database opens: a blank task is a usage error.
+    task_input = read_input({"task": args.task})
     thread = args.thread or f"run-{datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
     settings = _given(args)
     with _saver(args.db, must_exist=False) as saver, _agent(args, settings, saver) as (agent, settings):
@@ -164,7 +166,7 @@ def _run(args: argparse.Namespace, console: Any) -> int:
         if not args.quiet:
             console.print(f"[dim]thread[/] [bold]{thread}[/]  [dim]model[/] {settings['model']}  "
                           f"[dim]db[/] {saver.db_path}")  # fmt: skip
-        final = _stream(agent, {"task": args.task}, config, console, args.quiet)
+        final = _stream(agent, task_input, config, console, args.quiet)
         return _finish(final, thread, console, args.quiet)
 
 

@@ -6,7 +6,7 @@ data in state and observations for the model. These classes are for developers a
 
 from __future__ import annotations
 
-__all__ = ["ConfigurationError", "ReinloopError", "ResumeError"]
+__all__ = ["ConfigurationError", "InputError", "ReinloopError", "ResumeError"]
 
 
 class ReinloopError(Exception):
@@ -19,3 +19,7 @@ class ConfigurationError(ReinloopError, ValueError):
 
 class ResumeError(ReinloopError):
     """A thread cannot be resumed as asked (unknown thread, already answered, hint on a running step)."""
+
+
+class InputError(ReinloopError, ValueError):
+    """The input a run was invoked with is not a valid task: nothing was saved; invoke it again with a task."""

@@ -13,17 +13,18 @@ check_finish --answered--> END
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from functools import partial
 from typing import Any, Final, Literal, get_args
 
 from langchain_core.language_models import BaseChatModel
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
-from langgraph.types import RetryPolicy, Send
+from langgraph.types import Command, RetryPolicy, Send
 
 from reinloop.checkpoint import CONFIG_KEY_DURABILITY, check_checkpointer
 from reinloop.config import MAX_PARSE_RETRIES, AgentConfig
@@ -41,7 +42,7 @@ from reinloop.nodes import (
 )
 from reinloop.prompt import assemble, prompt_tokens
 from reinloop.protocols import DecisionProtocol, get_protocol
-from reinloop.state import AgentInput, AgentState
+from reinloop.state import AgentInput, AgentState, read_input
 from reinloop.tools.registry import ToolRegistry
 
 __all__ = [
@@ -162,7 +163,7 @@ def build_agent(
     graph.add_edge(COMPRESS_MEMORY, CHECK_FINISH)
     graph.add_conditional_edges(CHECK_FINISH, route_after_check_finish)
     graph.add_edge(CIRCUIT_BREAK, END)
-    compiled = graph.compile(checkpointer=checkpointer, store=store, name=name)
+    compiled = _Agent.of(graph.compile(checkpointer=checkpointer, store=store, name=name))
     compiled = compiled.with_config(recursion_limit=recursion_limit(config.max_iterations))
     if checkpointer is None:
         # LangGraph has nothing to make durable (and fails on a durability without a checkpointer).
@@ -171,6 +172,31 @@ def build_agent(
     # A default every invocation path reads (invoke, stream, batch, subgraphs) unless the caller passes
     # durability= explicitly.
     return compiled.with_config(configurable={CONFIG_KEY_DURABILITY: config.durability})
+
+
+class _Agent(CompiledStateGraph):
+    """The compiled agent: LangGraph's graph, with its input checked before LangGraph saves it.
+
+    LangGraph neither validates a graph's input against its input schema nor waits for the first node to
+    save it, so a bad task would be saved and leave the thread stuck at decide. Every way to run the graph
+    (invoke, batch, stream, events, async, as a subgraph, LangGraph Server) goes through `stream` or
+    `astream`: the input is checked there (`read_input`); None (continue a thread) and Commands pass as is.
+    """
+
+    @classmethod
+    def of(cls, graph: CompiledStateGraph) -> _Agent:
+        # As LangGraph's own `copy` rebuilds a compiled graph (and `with_config` keeps this class).
+        return cls(**{key: value for key, value in graph.__dict__.items() if key != "__orig_class__"})
+
+    def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[Any]:
+        return super().stream(_checked(input), config, **kwargs)
+
+    def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AsyncIterator[Any]:
+        return super().astream(_checked(input), config, **kwargs)
+
+
+def _checked(input: Any) -> Any:
+    return input if input is None or isinstance(input, Command) else read_input(input)
 
 
 def _context(

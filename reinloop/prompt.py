@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
+import bisect
+import json
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from reinloop.context import AgentContext
-from reinloop.memory.window import truncate
+from reinloop.memory.window import truncate, window_entries
 
-__all__ = ["MEMORY_HEADER", "assemble", "fit_to_budget", "memory_note", "prompt_tokens"]
+__all__ = ["CUT_ARGS_KEY", "MEMORY_HEADER", "assemble", "fit_to_budget", "memory_note", "prompt_tokens"]
 
 MEMORY_HEADER = "Memory of your earlier steps on this task (the messages below show only the latest ones)."
-# Below this many characters a message is not cut any further.
+# Below this many characters a part of a message is not cut any further.
 MIN_CUT_CHARS = 40
+# Tool-call arguments cut for the prompt must stay a JSON object (providers refuse anything else): when
+# cutting their strings is not enough, their cut JSON text is shown under this one key.
+CUT_ARGS_KEY = "arguments_cut_for_length"
+# Characters per token assumed when choosing how much of a part to keep (cl100k averages about 4).
+CHARS_PER_TOKEN = 4
 
 
 def memory_note(summaries: Sequence[str], pending: Sequence[str], memories: Sequence[str]) -> str | None:
@@ -39,13 +48,7 @@ def assemble(
     correction: str | None = None,
 ) -> list[BaseMessage]:
     """System prompt, task, memory block, the rendered window, and a pending correction hint."""
-    prompt: list[BaseMessage] = [SystemMessage(ctx.system_prompt), HumanMessage(task)]
-    if note := memory_note(summaries, pending, memories):
-        prompt.append(HumanMessage(note))
-    prompt.extend(ctx.protocol.render(window))
-    if correction:
-        prompt.append(HumanMessage(correction))
-    return ctx.protocol.finalize(prompt)
+    return _Draft.of(task, window, memory_note(summaries, pending, memories), correction).prompt(ctx)
 
 
 def prompt_tokens(ctx: AgentContext, prompt: Sequence[BaseMessage]) -> int:
@@ -53,26 +56,154 @@ def prompt_tokens(ctx: AgentContext, prompt: Sequence[BaseMessage]) -> int:
     return ctx.counter.messages(prompt) + ctx.tool_tokens
 
 
-def fit_to_budget(ctx: AgentContext, prompt: list[BaseMessage]) -> tuple[list[BaseMessage], int]:
-    """`prompt` cut until it fits `context_token_budget`, and its tokens: the largest message is cut first,
-    never the system prompt, never a tool call or its id. Raises when even that cannot make it fit."""
+def fit_to_budget(
+    ctx: AgentContext,
+    task: str,
+    window: Sequence[BaseMessage],
+    *,
+    summaries: Sequence[str] = (),
+    pending: Sequence[str] = (),
+    memories: Sequence[str] = (),
+    correction: str | None = None,
+) -> tuple[list[BaseMessage], int]:
+    """What `assemble` gives, made to fit `context_token_budget`, and its tokens.
+
+    Only the copy sent to the model is cut, never state, and never the system prompt:
+    1. The largest part of any other message is cut first, by what is over and at least by half: a text
+       (list content is flattened to its text), the arguments of a past tool call (still a JSON object; the
+       call keeps its name and id), or an over-long name. A part cut as far as it goes is left alone.
+    2. If everything is cut and it still does not fit, the fewest oldest window entries that make it fit are
+       dropped whole, so that a tool call never loses its result.
+    3. What remains is sent as it is (build_agent refuses a fixed part over half the budget).
+    Every cut makes the prompt strictly shorter or leaves a part alone for good, so it ends for any input.
+    """
     budget = ctx.config.context_token_budget
-    prompt = list(prompt)
-    while (tokens := prompt_tokens(ctx, prompt)) > budget:
-        sizes = [
-            (ctx.counter.message(message), index)
-            for index, message in enumerate(prompt)
-            if index > 0 and isinstance(message.content, str) and len(message.content) > MIN_CUT_CHARS
-        ]
-        if not sizes:
-            raise RuntimeError(
-                f"the prompt needs {tokens} tokens even with every message cut, over context_token_budget="
-                f"{budget}; raise the budget or shorten the system prompt and tool descriptions"
-            )
-        _, index = max(sizes)
-        message = prompt[index]
-        excess = tokens - budget
-        # Cut the largest message by what is over (in characters, about 4 per token), at least by half.
-        keep = max(MIN_CUT_CHARS, min(len(message.content) // 2, len(message.content) - 4 * excess))
-        prompt[index] = message.model_copy(update={"content": truncate(message.content, keep)})
+    draft = _Draft.of(task, window, memory_note(summaries, pending, memories), correction)
+    prompt, tokens = draft.measure(ctx)
+    parts = sorted(draft.parts(), key=lambda part: part.size)
+    while tokens > budget and parts:
+        part = parts.pop()
+        excess_chars = (tokens - budget) * CHARS_PER_TOKEN
+        keep = max(MIN_CUT_CHARS, min(part.size // 2, part.size - excess_chars))
+        if draft.cut(part, keep):
+            prompt, tokens = draft.measure(ctx)
+            bisect.insort(parts, part, key=lambda kept: kept.size)
+    if tokens > budget and (entries := draft.entry_count()):
+        # Dropping more entries never makes the prompt longer: bisect for the fewest that fit (or all).
+        low, high = 1, entries
+        while low < high:
+            middle = (low + high) // 2
+            if draft.without_oldest(middle).measure(ctx)[1] <= budget:
+                high = middle
+            else:
+                low = middle + 1
+        prompt, tokens = draft.without_oldest(high).measure(ctx)
     return prompt, tokens
+
+
+@dataclass
+class _Part:
+    """One cuttable part of the draft: `kind` of `messages[index]`, or of its tool call number `call`."""
+
+    index: int
+    kind: Literal["text", "name", "call_name", "args"]
+    original: Any  # the part as it was: a text, or the arguments object
+    size: int  # its length in characters now (the arguments as JSON text)
+    call: int | None = None
+
+
+@dataclass
+class _Draft:
+    """The prompt before the system message, as a list the cutting edits: the task and memory note, the
+    window (`messages[first:end]`), and the correction hint."""
+
+    messages: list[BaseMessage]
+    first: int
+    end: int
+
+    @classmethod
+    def of(cls, task: str, window: Sequence[BaseMessage], note: str | None, correction: str | None) -> _Draft:
+        head = [HumanMessage(task), *([HumanMessage(note)] if note else [])]
+        tail = [HumanMessage(correction)] if correction else []
+        return cls([*head, *window, *tail], len(head), len(head) + len(window))
+
+    def measure(self, ctx: AgentContext) -> tuple[list[BaseMessage], int]:
+        """The prompt this draft gives, and its tokens."""
+        prompt = self.prompt(ctx)
+        return prompt, prompt_tokens(ctx, prompt)
+
+    def prompt(self, ctx: AgentContext) -> list[BaseMessage]:
+        window = ctx.protocol.render(self.messages[self.first : self.end])
+        prompt = [SystemMessage(ctx.system_prompt), *self.messages[: self.first], *window, *self.messages[self.end :]]
+        return ctx.protocol.finalize(prompt)
+
+    def parts(self) -> list[_Part]:
+        """Every part long enough to be cut."""
+        found = []
+        for index, message in enumerate(self.messages):
+            found.append(_Part(index, "text", message.text, len(message.text)))
+            if message.name:
+                found.append(_Part(index, "name", message.name, len(message.name)))
+            for number, call in enumerate(message.tool_calls if isinstance(message, AIMessage) else []):
+                found.append(_Part(index, "call_name", call["name"], len(call["name"]), number))
+                found.append(_Part(index, "args", call["args"], len(_json(call["args"])), number))
+        return [part for part in found if part.size > MIN_CUT_CHARS]
+
+    def cut(self, part: _Part, keep: int) -> bool:
+        """Cut `part` to about `keep` characters (from its original, so the marker counts right); False, and
+        nothing changed, when that would not make it shorter."""
+        message = self.messages[part.index]
+        if part.kind == "args":
+            value: Any = _cut_args(part.original, keep)
+            size = len(_json(value))
+        else:
+            value = truncate(part.original, keep)
+            size = len(value)
+        if size >= part.size:
+            return False
+        if part.kind == "text":
+            update: dict[str, Any] = {"content": value}
+        elif part.kind == "name":
+            update = {"name": value}
+        else:
+            assert isinstance(message, AIMessage) and part.call is not None
+            calls = [dict(call) for call in message.tool_calls]
+            calls[part.call]["args" if part.kind == "args" else "name"] = value
+            update = {"tool_calls": calls}
+        self.messages[part.index] = message.model_copy(update=update)
+        part.size = size
+        return True
+
+    def entry_count(self) -> int:
+        return len(window_entries(self.messages[self.first : self.end]))
+
+    def without_oldest(self, count: int) -> _Draft:
+        """This draft without its `count` oldest window entries (a message and the tool results answering it)."""
+        entries = window_entries(self.messages[self.first : self.end])
+        dropped = sum(len(entry) for entry in entries[:count])
+        kept = [*self.messages[: self.first], *self.messages[self.first + dropped :]]
+        return _Draft(kept, self.first, self.end - dropped)
+
+
+def _cut_args(args: Any, keep: int) -> dict[str, Any]:
+    """A stand-in for tool-call arguments too long for the prompt, still a JSON object: each string cut to
+    `keep` characters, or, when that is longer, the arguments' JSON text cut to `keep` under one key."""
+    whole = {CUT_ARGS_KEY: truncate(_json(args), keep)}
+    if not isinstance(args, dict):
+        return whole
+    strings_cut = _cut_strings(args, keep)
+    return strings_cut if len(_json(strings_cut)) <= len(_json(whole)) else whole
+
+
+def _cut_strings(value: Any, keep: int) -> Any:
+    if isinstance(value, str):
+        return truncate(value, keep)
+    if isinstance(value, dict):
+        return {key: _cut_strings(item, keep) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_cut_strings(item, keep) for item in value]
+    return value
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)

@@ -20,7 +20,9 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.runnables import Runnable
 
 from reinloop.config import ProtocolName
+from reinloop.memory.window import truncate
 from reinloop.state import Decision, act, answer, unparsable
+from reinloop.storable import clean_text
 from reinloop.tools.registry import ToolRegistry
 
 __all__ = [
@@ -38,6 +40,17 @@ FINAL_ANSWER_ACTION = "final_answer"
 MAX_REPLY_CHARS = 100_000
 # How many "{" positions are tried when the JSON object is buried in prose.
 MAX_JSON_CANDIDATES = 200
+# A tool-call id from the model longer than this (or not a string, or holding characters that are cleaned
+# before they are saved, which could make two ids one) is replaced by one of ours: ids are stored with every
+# call and its result, and providers limit them (OpenAI: 40 characters).
+MAX_CALL_ID_CHARS = 64
+# No tool has a name this long: a longer one is an unreadable reply, not something to store whole.
+MAX_TOOL_NAME_CHARS = 200
+# Python's JSON parser follows nesting by recursion and raises RecursionError near 1,000 levels ("[" * 1000):
+# for a reply, that is invalid JSON like any other.
+NESTED_TOO_DEEPLY = "invalid JSON: nested too deeply; reply with one flat decision object"
+# A wrong "action_input" is quoted back to the model up to this length.
+QUOTED_INPUT_CHARS = 200
 
 _FENCE = re.compile(r"```[a-zA-Z0-9_-]*[ \t]*\n?(.*?)```", re.DOTALL)
 
@@ -101,11 +114,15 @@ class ToolCallingProtocol(DecisionProtocol):
             error = bad.get("error") or "the tool call's arguments are not a valid JSON object"
             return unparsable(raw, error), None
         if reply.tool_calls:
-            calls, seen = [], set()
+            calls: list[dict[str, Any]] = []
+            seen: set[str] = set()
             for call in reply.tool_calls:
-                # Every call needs its own id: results are matched to calls by it.
-                call_id = call.get("id") if call.get("id") not in seen else None
-                call_id = call_id or new_call_id()
+                if problem := _name_problem(call["name"]):
+                    return unparsable(call["name"], problem), None
+                # Every call needs its own short id: results are matched to calls by it.
+                call_id = call.get("id")
+                if not _usable_call_id(call_id) or call_id in seen:
+                    call_id = new_call_id()
                 seen.add(call_id)
                 calls.append({**call, "id": call_id})
             stored = reply if calls == reply.tool_calls else reply.model_copy(update={"tool_calls": calls})
@@ -184,11 +201,15 @@ def extract_json_object(text: str) -> dict[str, Any]:
     candidates += [m.group(1).strip() for m in _FENCE.finditer(text)]
     found: list[dict[str, Any]] = []
     first_error: str | None = None
+    too_deep = False
     for candidate in candidates:
         try:
             obj = json.loads(candidate)
         except json.JSONDecodeError as exc:
             first_error = first_error or f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+            continue
+        except RecursionError:
+            too_deep = True
             continue
         if isinstance(obj, dict):
             if "action" in obj:
@@ -203,6 +224,8 @@ def extract_json_object(text: str) -> dict[str, Any]:
             obj, _ = decoder.raw_decode(text, start)
         except json.JSONDecodeError as exc:
             first_error = first_error or f"invalid JSON: {exc.msg} at position {exc.pos}"
+        except RecursionError:
+            too_deep = True
         else:
             if isinstance(obj, dict):
                 if "action" in obj:
@@ -211,6 +234,8 @@ def extract_json_object(text: str) -> dict[str, Any]:
         start = text.find("{", start + 1)
     if found:
         return found[0]
+    if too_deep:
+        raise ValueError(NESTED_TOO_DEEPLY)
     if "{" not in text:
         raise ValueError("the reply contains no JSON object")
     raise ValueError(first_error or "no JSON object could be read from the reply")
@@ -224,6 +249,8 @@ def _decision_from_object(obj: dict[str, Any], registry: ToolRegistry) -> Decisi
             f'set "action" to a tool name or "{FINAL_ANSWER_ACTION}"'
         )
     action = action.strip()
+    if problem := _name_problem(action):
+        raise ValueError(problem)
     action_input = obj.get("action_input")
     if action == FINAL_ANSWER_ACTION:
         if isinstance(action_input, dict) and "answer" in action_input:
@@ -231,12 +258,30 @@ def _decision_from_object(obj: dict[str, Any], registry: ToolRegistry) -> Decisi
         elif isinstance(action_input, dict) and len(action_input) == 1:
             # Small models wrap the answer in an object named after the last tool's argument.
             (action_input,) = action_input.values()
-        text = action_input if isinstance(action_input, str) else json.dumps(action_input, ensure_ascii=False)
+        text = action_input if isinstance(action_input, str) else _json_text(action_input)
         if action_input is None or not text.strip():
             raise ValueError(f'"{FINAL_ANSWER_ACTION}" needs the answer as "action_input"')
         return answer(text.strip())
     args = _tool_args(action, action_input, registry)
     return act([{"name": action, "args": args, "id": new_call_id(), "type": "tool_call"}])
+
+
+def _json_text(value: Any) -> str:
+    """`value` (read from a reply) as JSON text; nesting too deep to write is invalid JSON, not a crash."""
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except RecursionError:
+        raise ValueError(NESTED_TOO_DEEPLY) from None
+
+
+def _usable_call_id(call_id: Any) -> bool:
+    return isinstance(call_id, str) and 0 < len(call_id) <= MAX_CALL_ID_CHARS and clean_text(call_id) == call_id
+
+
+def _name_problem(name: str) -> str | None:
+    if len(name) <= MAX_TOOL_NAME_CHARS:
+        return None
+    return f"a tool name of {len(name)} characters; name one of the tools exactly, as listed"
 
 
 def _tool_args(action: str, action_input: Any, registry: ToolRegistry) -> dict[str, Any]:
@@ -246,7 +291,7 @@ def _tool_args(action: str, action_input: Any, registry: ToolRegistry) -> dict[s
         # Models often double-encode: "action_input": "{\"a\": 1}".
         try:
             decoded = json.loads(action_input)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             decoded = None
         if isinstance(decoded, dict):
             return decoded
@@ -259,7 +304,7 @@ def _tool_args(action: str, action_input: Any, registry: ToolRegistry) -> dict[s
         return {fields[0]: action_input}
     raise ValueError(
         f'"action_input" for {action!r} must be a JSON object with the tool\'s arguments '
-        f"{fields}, got {json.dumps(action_input, ensure_ascii=False)}"
+        f"{fields}, got {truncate(_json_text(action_input), QUOTED_INPUT_CHARS)}"
     )
 
 

@@ -12,11 +12,18 @@ from typing import Annotated, Any, Literal, TypedDict
 
 from langchain_core.messages import AnyMessage
 from langgraph.graph.message import add_messages
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from reinloop.errors import InputError
+from reinloop.memory.window import truncate
+from reinloop.storable import clean_text
 
 __all__ = [
     "FINISH_REASONS",
     "FRESH_BUDGETS",
+    "INPUT_ERROR_TEMPLATE",
     "NO_USAGE",
+    "RAW_KEPT_CHARS",
     "AgentInput",
     "AgentState",
     "CallCheck",
@@ -29,6 +36,7 @@ __all__ = [
     "ToolOutcome",
     "act",
     "answer",
+    "read_input",
     "unparsable",
 ]
 
@@ -54,13 +62,17 @@ ErrorKind = Literal[
 ]
 
 
+# decide keeps an unparsable reply's text, which the retry hint quotes back, up to this length.
+RAW_KEPT_CHARS = 2_000
+
+
 class Decision(TypedDict):
     """The model's latest reply, read by the protocol: tool calls, a final answer, or unparsable text."""
 
     kind: Literal["act", "answer", "unparsable"]
     calls: list[dict[str, Any]]  # LangChain ToolCall dicts when kind == "act"
     answer: str | None  # the final answer when kind == "answer"
-    raw: str | None  # the reply text when kind == "unparsable"
+    raw: str | None  # the reply text when kind == "unparsable", cut to RAW_KEPT_CHARS
     error: str | None  # why it could not be parsed
 
 
@@ -140,10 +152,43 @@ FRESH_BUDGETS: dict[str, Any] = {
 }
 
 
-class AgentInput(TypedDict):
-    """What a run starts from."""
+class AgentInput(BaseModel):
+    """What a run starts from: ``{"task": "..."}`` or ``AgentInput(task=...)``; ``None`` continues a saved
+    thread. An input that is not a task (missing, blank, not text, unknown keys) is refused with an
+    `InputError` before anything is saved."""
 
-    task: str
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    task: str = Field(strict=True, description="What the agent should do.")
+
+    @field_validator("task")
+    @classmethod
+    def _has_text(cls, task: str) -> str:
+        task = clean_text(task)
+        if not task.strip():
+            raise ValueError("the task is blank")
+        return task
+
+
+INPUT_ERROR_TEMPLATE = 'invalid agent input: {problems}. Invoke the agent with {{"task": "<what it should do>"}}'
+
+
+def read_input(value: Any) -> dict[str, Any]:
+    """`value` as a run's input, its task cleaned; raises `InputError` saying what is wrong."""
+    try:
+        return AgentInput.model_validate(value).model_dump()
+    except ValidationError as exc:
+        problems = "; ".join(_input_problem(error) for error in exc.errors(include_url=False))
+        raise InputError(INPUT_ERROR_TEMPLATE.format(problems=problems)) from None
+
+
+def _input_problem(error: Any) -> str:
+    where = ".".join(str(part) for part in error["loc"]) or "input"
+    if error["type"] == "value_error":
+        return f"{where}: {error['ctx']['error']}"
+    if error["type"] == "missing":
+        return f"{where}: missing"
+    return f"{where}: {error['msg']} (got {truncate(repr(error['input']), 60)})"
 
 
 class AgentState(TypedDict, total=False):

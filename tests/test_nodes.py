@@ -112,8 +112,9 @@ def test_validate_args_accepts_valid_calls_and_records_canonical_signatures():
         ("add", {"a": "one", "b": 2}, "invalid_args", ["a: Input should be a valid integer", "'one'"]),
         ("add", {"a": 1}, "invalid_args", ["b: missing (required)", '"required": ["a", "b"]']),
         ("add", {"a": 1, "b": 2, "c": 3}, "invalid_args", ["c: unexpected argument", "['a', 'b']"]),
+        ("add", {"a": "x" * 500, "b": 2}, "invalid_args", ["(got 'xxxx", "x … [422 more characters cut])"]),
     ],
-    ids=["unknown-tool", "wrong-type", "missing-field", "extra-field"],
+    ids=["unknown-tool", "wrong-type", "missing-field", "extra-field", "long-input-quoted-cut"],
 )
 def test_validate_args_rejects_bad_calls_with_actionable_feedback(name, args, kind, mentions):
     ctx = make_context()

@@ -6,7 +6,7 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from reinloop.protocols import JsonProtocol, ToolCallingProtocol, extract_json_object
 from reinloop.testing import json_action, parallel_calls, tool_call
 from reinloop.tools import ToolRegistry
-from tests.conftest import add, lookup
+from tests.conftest import THREAD, add, lookup, make_agent
 
 REGISTRY = ToolRegistry([add, lookup])
 ACTION = {"thought": "t", "action": "add", "action_input": {"a": 1, "b": 2}}
@@ -146,3 +146,63 @@ def test_tool_calling_protocol_gives_missing_and_duplicate_call_ids_fresh_ones()
     ids = [call["id"] for call in decision["calls"]]
     assert len(set(ids)) == 2 and all(ids)
     assert [call["id"] for call in stored.tool_calls] == ids
+
+
+@pytest.mark.parametrize(
+    "bad_id", ["x" * 65, "", None, "\ud83d", "id\x00"], ids=["over-long", "empty", "missing", "surrogate", "nul"]
+)
+def test_tool_calling_protocol_replaces_unusable_call_ids(bad_id):
+    reply = AIMessage("", tool_calls=[{"name": "add", "args": {"a": 1, "b": 2}, "id": bad_id}])
+    decision, stored = ToolCallingProtocol().parse(reply, REGISTRY)
+    (call,) = decision["calls"]
+    assert call["id"] != bad_id and 0 < len(call["id"]) <= 64
+    assert stored.tool_calls == decision["calls"]
+
+
+def test_ids_that_cleaning_would_make_equal_stay_apart():
+    # Found by the fuzz test: "\ud83d" and "\udfff" both become "\ufffd" when saved.
+    agent, _ = make_agent(
+        [parallel_calls([("add", {"a": 1, "b": 1}), ("add", {"a": 2, "b": 2})], ids=["\ud83d", "\udfff"]), "done"]
+    )
+    result = agent.invoke({"task": "add"}, THREAD)
+    assert result["final_answer"] == "done"
+    assert [m.content for m in result["messages"] if isinstance(m, ToolMessage)] == ["2", "4"]
+
+
+def test_an_over_long_tool_name_is_an_unparsable_reply_in_both_protocols():
+    name = "add" * 100
+    decision, stored = ToolCallingProtocol().parse(tool_call(name, {"a": 1}), REGISTRY)
+    assert decision["kind"] == "unparsable" and "a tool name of 300 characters" in decision["error"]
+    assert stored is None
+    decision, stored = JsonProtocol().parse(AIMessage(json_action(name, {"a": 1})), REGISTRY)
+    assert decision["kind"] == "unparsable" and "a tool name of 300 characters" in decision["error"]
+    assert stored is None
+
+
+DEEP_REPLIES = {
+    "deep-array": "[" * 1_000,
+    "deep-object": '{"a":' * 1_000,
+    "deep-action-input": '{"action": "add", "action_input": ' + "[" * 3_000,
+    "deep-object-in-prose": "I will act: " + '{"a": ' * 2_000,
+}
+
+
+@pytest.mark.parametrize("text", list(DEEP_REPLIES.values()), ids=list(DEEP_REPLIES))
+def test_json_nested_too_deeply_is_a_parse_error_not_a_crash(text):
+    with pytest.raises(ValueError, match="nested too deeply"):
+        extract_json_object(text)
+    decision, stored = JsonProtocol().parse(AIMessage(text), REGISTRY)
+    assert decision["kind"] == "unparsable" and "nested too deeply" in decision["error"] and stored is None
+
+
+def test_a_deeply_nested_double_encoded_action_input_is_a_parse_error():
+    reply = json.dumps({"action": "add", "action_input": "{" + '"a": {' * 3_000})
+    decision, _ = JsonProtocol().parse(AIMessage(reply), REGISTRY)
+    assert decision["kind"] == "unparsable" and len(decision["error"]) < 500  # the bad input is quoted cut
+
+
+def test_a_deeply_nested_reply_gets_the_retry_and_the_run_goes_on():
+    agent, model = make_agent(["[" * 1_000, json_action("final_answer", "4")], protocol="json")
+    result = agent.invoke({"task": "2 + 2?"}, THREAD)
+    assert (result["finish_reason"], result["final_answer"]) == ("answered", "4")
+    assert "nested too deeply" in model.calls[1].messages[-1].content  # the correction hint

