@@ -154,10 +154,11 @@ FRESH_BUDGETS: dict[str, Any] = {
 
 class AgentInput(BaseModel):
     """What a run starts from: ``{"task": "..."}`` or ``AgentInput(task=...)``; ``None`` continues a saved
-    thread. An input that is not a task (missing, blank, not text, unknown keys) is refused with an
-    `InputError` before anything is saved."""
+    thread. An input that is not a task (missing, blank, not text) is refused with an `InputError` before
+    anything is saved. Other keys are ignored, as LangGraph's input schemas ignore them, so that a parent
+    graph can pass its own state to the agent as a subgraph."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
     task: str = Field(strict=True, description="What the agent should do.")
 
