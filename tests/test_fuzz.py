@@ -2,8 +2,8 @@
 
 Random replies (text, JSON-ish text, deep nesting, huge integers, lone surrogates, NULs, huge strings, tool
 calls with random names, arguments and ids, invalid tool calls, empty replies, list content) are played by
-the scripted model through the compiled agent, for both protocols, on a checkpointer in memory and on a
-SQLite file. REINLOOP_FUZZ_EXAMPLES sets the examples per protocol (default 200).
+the scripted model through the compiled agent, for both protocols, without a checkpointer, on a checkpointer
+in memory and on a SQLite file. REINLOOP_FUZZ_EXAMPLES sets the examples per protocol (default 200).
 """
 
 import json
@@ -172,7 +172,7 @@ limits = st.fixed_dictionaries(
 @pytest.fixture(scope="module")
 def savers(tmp_path_factory):
     sqlite = sqlite_checkpointer(tmp_path_factory.mktemp("fuzz") / "fuzz.sqlite")
-    yield {"memory": InMemorySaver(), "sqlite": sqlite}
+    yield {"none": None, "memory": InMemorySaver(), "sqlite": sqlite}
     sqlite.conn.close()
 
 
@@ -194,7 +194,7 @@ def test_any_reply_ends_the_run_with_a_typed_reason_and_a_storable_state(protoco
         database=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
     )
-    @given(script=scripts(protocol), config=limits, saver=st.sampled_from(["memory", "sqlite"]))
+    @given(script=scripts(protocol), config=limits, saver=st.sampled_from(["none", "memory", "sqlite"]))
     def run(script, config, saver):
         checkpointer = savers[saver]
         agent = build_agent(
@@ -203,15 +203,18 @@ def test_any_reply_ends_the_run_with_a_typed_reason_and_a_storable_state(protoco
             config=AgentConfig(protocol=protocol, **config),
             checkpointer=checkpointer,
         )
-        thread = new_thread()
+        thread = new_thread() if checkpointer is not None else None
         result = agent.invoke({"task": "Add 2 and 3, then look up the capital of France."}, thread)
 
         assert result["finish_reason"] in FINISH_REASONS
         assert result["iteration"] <= config["max_iterations"]
         assert pairing_violations(result["messages"]) == []
-        saved = agent.get_state(thread)
-        assert saved.next == () and saved.values["finish_reason"] == result["finish_reason"]
+        values = result
+        if checkpointer is not None:
+            saved = agent.get_state(thread)
+            assert saved.next == () and saved.values["finish_reason"] == result["finish_reason"]
+            values = saved.values
         serde = JsonPlusSerializer()  # LangGraph's checkpoint serializer: the state saves and loads again
-        serde.loads_typed(serde.dumps_typed(saved.values))
+        serde.loads_typed(serde.dumps_typed(values))
 
     run()
