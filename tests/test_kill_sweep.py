@@ -47,8 +47,10 @@ def _saved_outcomes(db: str, thread: str) -> tuple[set[str], dict]:
         )
     saved = {m.tool_call_id for m in snapshot.values.get("messages", []) if isinstance(m, ToolMessage)}
     for task in snapshot.tasks:
-        for outcome in (task.result or {}).get("tool_results", []) if isinstance(task.result, dict) else []:
-            saved.add(outcome["call_id"])
+        # A finished execute_tool task whose write is saved; other tasks (validate_args resets the channel
+        # with an Overwrite) hold no outcomes.
+        if task.name == "execute_tool" and isinstance(task.result, dict):
+            saved.update(outcome["call_id"] for outcome in task.result.get("tool_results", []))
     return saved, snapshot.values
 
 
