@@ -1,10 +1,10 @@
 """The `reinloop` command: run a task, resume a thread, inspect its history and state, draw the graph, and
 run the fault-injection benchmark (`reinloop eval`).
 
-Runs are saved in a SQLite file in the user's data folder (`--db` or REINLOOP_DB to change it), so any run
-can be resumed or inspected later by its thread id. Exit codes: 0 answered, 3 max_iterations,
-4 error_streak, 5 dead_loop, 6 token_budget; 2 for a usage or set-up problem (one line, no traceback,
-saved state untouched), 1 for an unexpected failure.
+Runs are saved in a SQLite file in the user's data folder (`--db` or REINLOOP_DB to change it: a file path
+or a ``postgresql://`` URL), so any run can be resumed or inspected later by its thread id. Exit codes:
+0 answered, 3 max_iterations, 4 error_streak, 5 dead_loop, 6 token_budget; 2 for a usage or set-up problem
+(one line, no traceback, saved state untouched), 1 for an unexpected failure.
 """
 
 from __future__ import annotations
@@ -16,12 +16,14 @@ import sys
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
+from reinloop.checkpoint import database_label, is_postgres_url, open_checkpointer
 from reinloop.errors import ReinloopError
 from reinloop.state import FINISH_REASONS, read_input
 
@@ -31,6 +33,7 @@ EXIT_CODES: dict[str, int] = {"answered": 0, "max_iterations": 3, "error_streak"
 assert set(EXIT_CODES) == set(FINISH_REASONS)
 USAGE_ERROR = 2
 SHOWN_CHARS = 160
+DB_HELP = "runs database: a SQLite file or a postgresql:// URL (default: REINLOOP_DB, else the user data folder)"
 # Run settings saved with each checkpoint (never keys), so `resume` rebuilds the same agent.
 SETTINGS = ("model", "base_url", "workspace", "protocol")
 
@@ -39,12 +42,17 @@ class CommandError(Exception):
     """A problem the user fixes: reported on one line, exit code 2."""
 
 
-def default_db() -> Path:
+def default_db() -> str | Path:
+    """Where runs are saved: REINLOOP_DB (a path or a ``postgresql://`` URL), else the user data folder."""
     if env := os.environ.get("REINLOOP_DB"):
-        return Path(env)
+        return env if is_postgres_url(env) else Path(env)
+    return _data_folder() / "runs.sqlite"
+
+
+def _data_folder() -> Path:
     import platformdirs
 
-    return platformdirs.user_data_path("reinloop") / "runs.sqlite"
+    return platformdirs.user_data_path("reinloop")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -100,12 +108,12 @@ def _parser() -> argparse.ArgumentParser:
 
     history = commands.add_parser("history", help="the steps and checkpoints of a thread")
     history.add_argument("thread")
-    history.add_argument("--db", type=Path, default=None, help="runs database (default: user data folder)")
+    history.add_argument("--db", default=None, help=DB_HELP)
     history.set_defaults(handler=_history)
 
     show = commands.add_parser("show", help="the current state of a thread")
     show.add_argument("thread")
-    show.add_argument("--db", type=Path, default=None, help="runs database (default: user data folder)")
+    show.add_argument("--db", default=None, help=DB_HELP)
     show.add_argument("--json", action="store_true", help="print the state as JSON")
     show.set_defaults(handler=_show)
 
@@ -146,7 +154,7 @@ def _limit_options(command: argparse.ArgumentParser) -> None:
 
 
 def _common_options(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--db", type=Path, default=None, help="runs database (default: user data folder)")
+    command.add_argument("--db", default=None, help=DB_HELP)
     command.add_argument("--no-memory", action="store_true", help="no long-term memory store")
     command.add_argument("--quiet", action="store_true", help="print only the final answer")
 
@@ -159,13 +167,13 @@ def _run(args: argparse.Namespace, console: Any) -> int:
     task_input = read_input({"task": args.task})
     thread = args.thread or f"run-{datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
     settings = _given(args)
-    with _saver(args.db, must_exist=False) as saver, _agent(args, settings, saver) as (agent, settings):
+    with _database(args.db, must_exist=False) as db, _agent(args, settings, db) as (agent, settings):
         config = _run_config(thread, settings)
         if agent.get_state(config).next:
             raise CommandError(f"thread {thread!r} is stopped mid-step; continue it with: reinloop resume {thread}")
         if not args.quiet:
             console.print(f"[dim]thread[/] [bold]{thread}[/]  [dim]model[/] {settings['model']}  "
-                          f"[dim]db[/] {saver.db_path}")  # fmt: skip
+                          f"[dim]db[/] {db.location}")  # fmt: skip
         final = _stream(agent, task_input, config, console, args.quiet)
         return _finish(final, thread, console, args.quiet)
 
@@ -173,10 +181,10 @@ def _run(args: argparse.Namespace, console: Any) -> int:
 def _resume(args: argparse.Namespace, console: Any) -> int:
     from reinloop.resume import prepare_resume
 
-    with _saver(args.db, must_exist=True) as saver:
-        saved = _saved_settings(saver, args.thread)
+    with _database(args.db, must_exist=True) as db:
+        saved = _saved_settings(db, args.thread)
         settings = {**saved, **{k: v for k, v in _given(args).items() if v is not None}}
-        with _agent(args, settings, saver) as (agent, settings):
+        with _agent(args, settings, db) as (agent, settings):
             config = _run_config(args.thread, settings)
             if not args.quiet:
                 console.print(f"[dim]resuming thread[/] [bold]{args.thread}[/]  [dim]model[/] {settings['model']}")
@@ -270,33 +278,38 @@ def _run_config(thread: str, settings: dict) -> dict:
     return {"configurable": {"thread_id": thread}, "metadata": metadata}
 
 
-def _saved_settings(saver: Any, thread: str) -> dict[str, Any]:
-    found = saver.get_tuple({"configurable": {"thread_id": thread}})
+def _saved_settings(db: _Database, thread: str) -> dict[str, Any]:
+    found = db.saver.get_tuple({"configurable": {"thread_id": thread}})
     if found is None:
-        raise CommandError(f"unknown thread {thread!r} in {saver.db_path}; 'reinloop run' starts one")
+        raise CommandError(f"unknown thread {thread!r} in {db.location}; 'reinloop run' starts one")
     return {key: found.metadata.get(f"reinloop_{key}") for key in SETTINGS}
 
 
 # building the agent -------------------------------------------------------------------------------------
 
 
-@contextmanager
-def _saver(db: Path | None, *, must_exist: bool) -> Iterator[Any]:
-    from reinloop.checkpoint import sqlite_checkpointer
+@dataclass(frozen=True)
+class _Database:
+    """The open runs database: its checkpointer, where it is as printed (a URL's password hidden), and the
+    SQLite file of the long-term memory (beside a runs file; in the user data folder for PostgreSQL)."""
 
-    path = Path(db) if db else default_db()
-    if must_exist and not path.exists():
-        raise CommandError(f"no runs database at {path}; pass --db, or start a run with 'reinloop run'")
-    saver = sqlite_checkpointer(path)
-    saver.db_path = path
-    try:
-        yield saver
-    finally:
-        saver.conn.close()
+    saver: Any
+    location: str
+    memory_path: Path
 
 
 @contextmanager
-def _agent(args: argparse.Namespace, settings: dict, saver: Any) -> Iterator[tuple[Any, dict]]:
+def _database(given: str | None, *, must_exist: bool) -> Iterator[_Database]:
+    where = given or default_db()
+    if must_exist and not is_postgres_url(where) and not Path(where).exists():
+        raise CommandError(f"no runs database at {where}; pass --db, or start a run with 'reinloop run'")
+    memory = (_data_folder() if is_postgres_url(where) else Path(where).parent) / "memory.sqlite"
+    with open_checkpointer(where) as saver:
+        yield _Database(saver, database_label(where), memory)
+
+
+@contextmanager
+def _agent(args: argparse.Namespace, settings: dict, db: _Database) -> Iterator[tuple[Any, dict]]:
     from reinloop import AgentConfig, build_agent, default_toolset
     from reinloop.models import model_from_settings
 
@@ -311,17 +324,17 @@ def _agent(args: argparse.Namespace, settings: dict, saver: Any) -> Iterator[tup
         config = AgentConfig(protocol=chosen.protocol, **chosen.config, **limits)
         workspace = Path(settings["workspace"] or "reinloop-workspace")
         tools = default_toolset(workspace, model=chosen.model, weather_base_url=os.environ.get("REINLOOP_WEATHER_URL"))
-        store = None if getattr(args, "no_memory", False) else _memory_store(stack, saver)
-        agent = build_agent(chosen.model, tools, config=config, checkpointer=saver, store=store,
+        store = None if getattr(args, "no_memory", False) else _memory_store(stack, db.memory_path)
+        agent = build_agent(chosen.model, tools, config=config, checkpointer=db.saver, store=store,
                             protocol=chosen.decision_protocol)  # fmt: skip
         yield agent, settings
 
 
-def _memory_store(stack: ExitStack, saver: Any) -> Any:
+def _memory_store(stack: ExitStack, path: Path) -> Any:
     try:
         from reinloop.memory import sqlite_memory_store
 
-        store = sqlite_memory_store(Path(saver.db_path).with_name("memory.sqlite"))
+        store = sqlite_memory_store(path)
     except (ImportError, ReinloopError):
         return None  # the memory extra is not installed: summaries still work, recall does not
     stack.callback(store.conn.close)
@@ -334,11 +347,13 @@ def _memory_store(stack: ExitStack, saver: Any) -> Any:
 def _history(args: argparse.Namespace, console: Any) -> int:
     from rich.table import Table
 
-    with _saver(args.db, must_exist=True) as saver:
+    from reinloop.graph import agent_topology
+
+    with _database(args.db, must_exist=True) as db:
         config = {"configurable": {"thread_id": args.thread}}
-        snapshots = list(_reader(saver).get_state_history(config))
+        snapshots = list(agent_topology(db.saver).get_state_history(config))
         if not snapshots:
-            raise CommandError(f"unknown thread {args.thread!r} in {saver.db_path}")
+            raise CommandError(f"unknown thread {args.thread!r} in {db.location}")
         table = Table(title=f"thread {args.thread}: {len(snapshots)} checkpoints")
         for column in ("step", "source", "next", "round", "errors", "tokens", "finish", "saved at", "checkpoint"):
             table.add_column(column)
@@ -359,21 +374,15 @@ def _history(args: argparse.Namespace, console: Any) -> int:
     return 0
 
 
-def _reader(saver: Any) -> Any:
-    """The agent's graph on `saver`, for reading saved threads: the topology needs no model or tools."""
-    from reinloop import build_agent
-    from reinloop.testing import ScriptedChatModel
-
-    return build_agent(ScriptedChatModel(), [], checkpointer=saver)
-
-
 def _show(args: argparse.Namespace, console: Any) -> int:
     from rich.text import Text
 
-    with _saver(args.db, must_exist=True) as saver:
-        snapshot = _reader(saver).get_state({"configurable": {"thread_id": args.thread}})
+    from reinloop.graph import agent_topology
+
+    with _database(args.db, must_exist=True) as db:
+        snapshot = agent_topology(db.saver).get_state({"configurable": {"thread_id": args.thread}})
         if not snapshot.values:
-            raise CommandError(f"unknown thread {args.thread!r} in {saver.db_path}")
+            raise CommandError(f"unknown thread {args.thread!r} in {db.location}")
         values = snapshot.values
         if args.json:
             console.print_json(json.dumps(_plain(values), default=str))
@@ -462,10 +471,11 @@ def _eval(args: argparse.Namespace, console: Any) -> int:
 
 def _graph(args: argparse.Namespace, console: Any) -> int:
     from reinloop import draw
+    from reinloop.graph import agent_topology
 
     if args.format in ("png", "svg") and args.output is None:
         raise CommandError(f"--format {args.format} writes a file: give it with -o FILE")
-    result = draw(_reader(None), args.format, args.output)
+    result = draw(agent_topology(), args.format, args.output)
     if args.output is None:
         console.print(result, markup=False, highlight=False)
     else:

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -160,3 +161,26 @@ def test_a_blank_task_is_a_usage_error_before_anything_starts(home, task):
     assert "the task is blank" in done.stderr and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) <= 2
     assert not (home / "runs.sqlite").exists()  # no model server started, no database opened
+
+
+def test_runs_saved_in_postgres_are_shown_and_listed(server, home, postgres_url):
+    import uuid
+
+    thread = f"pg-{uuid.uuid4().hex[:8]}"
+    server.replies = [{"tool": "calculator", "args": {"expression": "2 + 3"}}, "2 + 3 = 5"]
+    done = cli("run", "What is 2 + 3?", *run_args(server, "--thread", thread, "--db", postgres_url), home=home)
+    assert done.returncode == 0, done.stderr
+    password = urlsplit(postgres_url).password
+    assert "@" in done.stdout and (password is None or f":{password}@" not in done.stdout)  # the password is hidden
+    assert not (home / "runs.sqlite").exists()
+
+    history = cli("history", thread, "--db", postgres_url, home=home)
+    assert history.returncode == 0, history.stderr
+    assert "checkpoints" in history.stdout and "check_finish" in history.stdout
+    shown = cli("show", thread, home=home, env={"REINLOOP_DB": postgres_url})
+    assert shown.returncode == 0, shown.stderr
+    assert "What is 2 + 3?" in shown.stdout and "answered" in shown.stdout
+    state = json.loads(cli("show", thread, "--json", "--db", postgres_url, home=home).stdout)
+    assert (state["finish_reason"], state["final_answer"]) == ("answered", "2 + 3 = 5")
+    unknown = cli("show", "no-such-thread", "--db", postgres_url, home=home)
+    assert unknown.returncode == 2 and "unknown thread 'no-such-thread'" in unknown.stderr
