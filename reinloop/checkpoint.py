@@ -8,13 +8,21 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from reinloop.errors import ConfigurationError
 
-__all__ = ["CONFIG_KEY_DURABILITY", "check_checkpointer", "open_checkpointer", "sqlite_checkpointer"]
+__all__ = [
+    "CONFIG_KEY_DURABILITY",
+    "check_checkpointer",
+    "database_label",
+    "is_postgres_url",
+    "open_checkpointer",
+    "sqlite_checkpointer",
+]
 
 # LangGraph reads the default durability of a run from this configurable key (it is how a parent graph
 # passes its durability to subgraphs); `build_agent` sets it from AgentConfig.durability.
@@ -46,7 +54,7 @@ def open_checkpointer(db: str | Path) -> Iterator[BaseCheckpointSaver]:
     PostgreSQL needs the `postgres` extra (``pip install 'reinloop[postgres]'``).
     """
     text = str(db)
-    if text.startswith(("postgresql://", "postgres://")):
+    if is_postgres_url(text):
         try:
             from langgraph.checkpoint.postgres import PostgresSaver
         except ImportError:
@@ -62,6 +70,20 @@ def open_checkpointer(db: str | Path) -> Iterator[BaseCheckpointSaver]:
         yield saver
     finally:
         saver.conn.close()
+
+
+def is_postgres_url(db: str | Path) -> bool:
+    """Whether `open_checkpointer` reads `db` as a PostgreSQL URL rather than a SQLite file path."""
+    return str(db).startswith(("postgresql://", "postgres://"))
+
+
+def database_label(db: str | Path) -> str:
+    """`db` as it may be printed or logged: the path, or the URL with its password hidden."""
+    url = urlsplit(str(db))
+    if not is_postgres_url(db) or url.password is None:
+        return str(db)
+    user, _, host = url.netloc.rpartition("@")
+    return url._replace(netloc=f"{user.partition(':')[0]}:***@{host}").geturl()
 
 
 def check_checkpointer(saver: BaseCheckpointSaver) -> None:

@@ -54,6 +54,7 @@ __all__ = [
     "OBSERVE",
     "VALIDATE_ARGS",
     "NodeName",
+    "agent_topology",
     "build_agent",
     "recursion_limit",
     "route_after_check_finish",
@@ -141,28 +142,12 @@ def build_agent(
     summarizer = resolve_model(summary_model) if summary_model is not None else chat_model
     ctx = _context(chat_model, registry, config, protocol or get_protocol(config.protocol), summarizer)
 
-    graph = StateGraph(AgentState, input_schema=AgentInput)
     model_retry = RetryPolicy(
         initial_interval=config.model_retry_backoff_s,
         max_attempts=config.model_max_attempts,
         retry_on=is_transient,
     )
-    graph.add_node(DECIDE, partial(decide, ctx=ctx), retry_policy=model_retry)
-    graph.add_node(VALIDATE_ARGS, partial(validate_args, ctx=ctx))
-    graph.add_node(EXECUTE_TOOL, partial(execute_tool, ctx=ctx))
-    graph.add_node(OBSERVE, partial(observe, ctx=ctx))
-    graph.add_node(COMPRESS_MEMORY, partial(compress_memory, ctx=ctx))
-    graph.add_node(CHECK_FINISH, partial(check_finish, ctx=ctx))
-    graph.add_node(CIRCUIT_BREAK, partial(circuit_break, ctx=ctx))
-
-    graph.add_edge(START, DECIDE)
-    graph.add_edge(DECIDE, VALIDATE_ARGS)
-    graph.add_conditional_edges(VALIDATE_ARGS, route_after_validate_args, list(get_args(AfterValidateArgs)))
-    graph.add_edge(EXECUTE_TOOL, OBSERVE)
-    graph.add_edge(OBSERVE, COMPRESS_MEMORY)
-    graph.add_edge(COMPRESS_MEMORY, CHECK_FINISH)
-    graph.add_conditional_edges(CHECK_FINISH, route_after_check_finish)
-    graph.add_edge(CIRCUIT_BREAK, END)
+    graph = _diagram(lambda node: partial(node, ctx=ctx), model_retry)
     compiled = _Agent.of(graph.compile(checkpointer=checkpointer, store=store, name=name))
     compiled = compiled.with_config(recursion_limit=recursion_limit(config.max_iterations))
     if checkpointer is None:
@@ -172,6 +157,43 @@ def build_agent(
     # A default every invocation path reads (invoke, stream, batch, subgraphs) unless the caller passes
     # durability= explicitly.
     return compiled.with_config(configurable={CONFIG_KEY_DURABILITY: config.durability})
+
+
+def agent_topology(checkpointer: BaseCheckpointSaver | None = None, *, name: str = "reinloop") -> CompiledStateGraph:
+    """The agent's graph with no model or tools behind its nodes: for drawing it, and for reading saved
+    threads on `checkpointer` (``get_state``, ``get_state_history``) without building an agent. It cannot
+    run: every node raises; `build_agent` makes the agent that runs.
+    """
+    return _diagram(lambda node: partial(_cannot_run, node.__name__), None).compile(
+        checkpointer=checkpointer, name=name
+    )
+
+
+def _diagram(bind: Callable[[Callable[..., Any]], Any], model_retry: RetryPolicy | None) -> StateGraph:
+    """The nodes and edges of the diagram above, each node's function given by `bind`."""
+    graph = StateGraph(AgentState, input_schema=AgentInput)
+    graph.add_node(DECIDE, bind(decide), retry_policy=model_retry)
+    graph.add_node(VALIDATE_ARGS, bind(validate_args))
+    graph.add_node(EXECUTE_TOOL, bind(execute_tool))
+    graph.add_node(OBSERVE, bind(observe))
+    graph.add_node(COMPRESS_MEMORY, bind(compress_memory))
+    graph.add_node(CHECK_FINISH, bind(check_finish))
+    graph.add_node(CIRCUIT_BREAK, bind(circuit_break))
+
+    graph.add_edge(START, DECIDE)
+    graph.add_edge(DECIDE, VALIDATE_ARGS)
+    graph.add_conditional_edges(VALIDATE_ARGS, route_after_validate_args, list(get_args(AfterValidateArgs)))
+    graph.add_edge(EXECUTE_TOOL, OBSERVE)
+    graph.add_edge(OBSERVE, COMPRESS_MEMORY)
+    graph.add_edge(COMPRESS_MEMORY, CHECK_FINISH)
+    graph.add_conditional_edges(CHECK_FINISH, route_after_check_finish)
+    graph.add_edge(CIRCUIT_BREAK, END)
+    return graph
+
+
+def _cannot_run(node: str, *args: Any, **kwargs: Any) -> Any:
+    raise ConfigurationError(f"agent_topology() only draws and reads the graph, node {node!r} cannot run; "
+                             "build the agent with build_agent()")  # fmt: skip
 
 
 class _Agent(CompiledStateGraph):

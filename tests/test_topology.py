@@ -74,3 +74,22 @@ def test_unknown_format(agent):
 
 def write() -> None:
     SNAPSHOT.write_text(draw(build_agent(ScriptedChatModel(), [add]), "mermaid"))
+
+
+def test_the_topology_without_a_model_draws_the_same_graph_and_reads_saved_threads():
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from reinloop.graph import agent_topology
+    from reinloop.testing import tool_call
+
+    assert draw(agent_topology(), "mermaid") == SNAPSHOT.read_text()
+    saver = InMemorySaver()
+    running = build_agent(ScriptedChatModel(replies=[tool_call("add", {"a": 2, "b": 3}), "5"]), [add],
+                          checkpointer=saver)  # fmt: skip
+    config = {"configurable": {"thread_id": "t"}}
+    running.invoke({"task": "add"}, config)
+    reader = agent_topology(saver)
+    assert reader.get_state(config).values == running.get_state(config).values
+    assert [s.next for s in reader.get_state_history(config)] == [s.next for s in running.get_state_history(config)]
+    with pytest.raises(ConfigurationError, match="cannot run"):
+        reader.invoke({"task": "add"}, {"configurable": {"thread_id": "other"}})

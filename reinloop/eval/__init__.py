@@ -1,5 +1,6 @@
 """The evaluation suite: 50 tasks, a simulated model with seeded faults, four agents side by side."""
 
+from reinloop.eval.benchmark import Benchmark, run_benchmark
 from reinloop.eval.run import AGENTS, BUDGET, RunRecord, evaluate_suite, summarize_runs, write_report
 from reinloop.eval.simulated import FAULT_MODEL, FaultProfile, SimulatedModel
 from reinloop.eval.tasks import SUITE, EvalTask, Step
@@ -9,12 +10,14 @@ __all__ = [
     "BUDGET",
     "FAULT_MODEL",
     "SUITE",
+    "Benchmark",
     "EvalTask",
     "FaultProfile",
     "RunRecord",
     "SimulatedModel",
     "Step",
     "evaluate_suite",
+    "run_benchmark",
     "summarize_runs",
     "write_report",
 ]

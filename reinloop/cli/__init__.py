@@ -1,0 +1,64 @@
+"""The `reinloop` command: run a task, resume a thread, inspect its history and state, draw the graph, and
+run the fault-injection benchmark (`reinloop eval`).
+
+Runs are saved in a SQLite file in the user's data folder (`--db` or REINLOOP_DB to change it: a file path
+or a ``postgresql://`` URL), so any run can be resumed or inspected later by its thread id. Exit codes:
+0 answered, 3 max_iterations, 4 error_streak, 5 dead_loop, 6 token_budget; 2 for a usage or set-up problem
+(one line, no traceback, saved state untouched), 1 for an unexpected failure.
+
+`parser` reads the command line, `commands` does each command, `display` prints what they return; text
+from models and tools is printed as text, never read as rich markup.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+
+from reinloop.errors import ReinloopError
+from reinloop.state import FINISH_REASONS
+
+__all__ = ["EXIT_CODES", "USAGE_ERROR", "CommandError", "main"]
+
+EXIT_CODES: dict[str, int] = {"answered": 0, "max_iterations": 3, "error_streak": 4, "dead_loop": 5, "token_budget": 6}
+assert set(EXIT_CODES) == set(FINISH_REASONS)
+USAGE_ERROR = 2
+INTERRUPTED = 130
+
+
+class CommandError(Exception):
+    """A problem the user fixes: reported on one line, exit code 2."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from rich.console import Console
+    from rich.text import Text
+
+    from reinloop.cli.parser import build_parser
+
+    args = build_parser().parse_args(argv)
+    # Piped output is not cut to 80 columns: tables stay readable in logs and tests.
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    errors = Console(stderr=True, highlight=False)
+    error = ("error:", "bold red")
+    try:
+        return args.handler(args, console)
+    except (CommandError, ReinloopError) as exc:
+        errors.print(Text.assemble(error, f" {exc}"), soft_wrap=True)
+        return USAGE_ERROR
+    except KeyboardInterrupt:
+        errors.print(
+            Text("interrupted: the run is saved up to its last step; resume it with 'reinloop resume'", "yellow")
+        )
+        return INTERRUPTED
+    except Exception as exc:  # a failing model server, a full disk: one line, the saved steps stay
+        if os.environ.get("REINLOOP_DEBUG"):
+            raise
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        detail = (
+            f" {type(exc).__name__}: {reason} (steps saved so far are kept; 'reinloop resume' continues a run; "
+            "REINLOOP_DEBUG=1 shows the traceback)"
+        )
+        errors.print(Text.assemble(error, detail), soft_wrap=True)
+        return 1

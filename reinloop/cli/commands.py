@@ -1,0 +1,228 @@
+"""What each `reinloop` command does: it opens the runs database, builds or reads the agent, and hands what to
+print to `display`. Each returns the exit code; a problem the user fixes raises `CommandError`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from reinloop.checkpoint import database_label, is_postgres_url, open_checkpointer
+from reinloop.cli import EXIT_CODES, CommandError, display
+from reinloop.errors import ReinloopError
+from reinloop.state import read_input
+
+__all__ = ["default_db", "evaluate", "graph", "history", "resume", "run", "show"]
+
+# Run settings saved with each checkpoint (never keys), so `resume` rebuilds the same agent.
+SETTINGS = ("model", "base_url", "workspace", "protocol")
+LIMITS = ("max_iterations", "error_threshold", "tool_timeout_s", "context_token_budget", "run_token_budget")
+RATES = ("fault_rate", "tool_fault_rate", "correct_rate")
+
+
+def default_db() -> str | Path:
+    """Where runs are saved: REINLOOP_DB (a path or a ``postgresql://`` URL), else the user data folder."""
+    if env := os.environ.get("REINLOOP_DB"):
+        return env if is_postgres_url(env) else Path(env)
+    return _data_folder() / "runs.sqlite"
+
+
+# run and resume ---------------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    # Checked before a model server starts or a database opens: a blank task is a usage error.
+    task_input = read_input({"task": args.task})
+    thread = args.thread or f"run-{datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
+    settings = _given(args)
+    with _database(args.db, must_exist=False) as db, _agent(args, settings, db) as (agent, settings):
+        config = _run_config(thread, settings)
+        if agent.get_state(config).next:
+            raise CommandError(f"thread {thread!r} is stopped mid-step; continue it with: reinloop resume {thread}")
+        if not args.quiet:
+            display.run_header(console, thread, settings["model"], db.location)
+        final = _stream(agent, task_input, config, console, args.quiet)
+        return _finish(final, thread, console, args.quiet)
+
+
+def resume(args: argparse.Namespace, console: Console) -> int:
+    from reinloop.resume import prepare_resume
+
+    with _database(args.db, must_exist=True) as db:
+        saved = _saved_settings(db, args.thread)
+        settings = {**saved, **{k: v for k, v in _given(args).items() if v is not None}}
+        with _agent(args, settings, db) as (agent, settings):
+            config = _run_config(args.thread, settings)
+            if not args.quiet:
+                display.resume_header(console, args.thread, settings["model"])
+            prepared = prepare_resume(agent, config, extra_iterations=args.extra_iterations, hint=args.hint)
+            final = _stream(agent, None, prepared, console, args.quiet)
+            return _finish(final, args.thread, console, args.quiet)
+
+
+def _given(args: argparse.Namespace) -> dict[str, Any]:
+    workspace = str(args.workspace.resolve()) if args.workspace else None
+    return {"model": args.model, "base_url": args.base_url, "workspace": workspace, "protocol": args.protocol}
+
+
+def _stream(agent: Any, payload: Any, config: dict, console: Console, quiet: bool) -> dict:
+    printer = display.StepPrinter(console, quiet)
+    for update in agent.stream(payload, config, stream_mode="updates"):
+        for node, values in update.items():
+            printer.update(node, values or {})
+    return agent.get_state({"configurable": {"thread_id": config["configurable"]["thread_id"]}}).values
+
+
+def _finish(values: dict, thread: str, console: Console, quiet: bool) -> int:
+    display.final_report(console, values, thread, quiet)
+    return EXIT_CODES.get(values.get("finish_reason") or "", 1)
+
+
+def _run_config(thread: str, settings: dict) -> dict:
+    metadata = {f"reinloop_{key}": value for key, value in settings.items() if isinstance(value, str)}
+    return {"configurable": {"thread_id": thread}, "metadata": metadata}
+
+
+def _saved_settings(db: _Database, thread: str) -> dict[str, Any]:
+    found = db.saver.get_tuple({"configurable": {"thread_id": thread}})
+    if found is None:
+        raise CommandError(f"unknown thread {thread!r} in {db.location}; 'reinloop run' starts one")
+    return {key: found.metadata.get(f"reinloop_{key}") for key in SETTINGS}
+
+
+# the database and the agent ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Database:
+    """The open runs database: its checkpointer, where it is as printed (a URL's password hidden), and the
+    SQLite file of the long-term memory (beside a runs file; in the user data folder for PostgreSQL)."""
+
+    saver: Any
+    location: str
+    memory_path: Path
+
+
+@contextmanager
+def _database(given: str | None, *, must_exist: bool) -> Iterator[_Database]:
+    where = given or default_db()
+    if must_exist and not is_postgres_url(where) and not Path(where).exists():
+        raise CommandError(f"no runs database at {where}; pass --db, or start a run with 'reinloop run'")
+    memory = (_data_folder() if is_postgres_url(where) else Path(where).parent) / "memory.sqlite"
+    with open_checkpointer(where) as saver:
+        yield _Database(saver, database_label(where), memory)
+
+
+def _data_folder() -> Path:
+    import platformdirs
+
+    return platformdirs.user_data_path("reinloop")
+
+
+@contextmanager
+def _agent(args: argparse.Namespace, settings: dict, db: _Database) -> Iterator[tuple[Any, dict]]:
+    from reinloop import AgentConfig, build_agent, default_toolset
+    from reinloop.models import model_from_settings
+
+    limits = {key: getattr(args, key) for key in LIMITS if getattr(args, key, None) is not None}
+    with ExitStack() as stack:
+        chosen = stack.enter_context(model_from_settings(settings["model"], settings["base_url"], settings["protocol"]))
+        settings = {**settings, "model": chosen.label, "protocol": chosen.protocol}
+        config = AgentConfig(protocol=chosen.protocol, **chosen.config, **limits)
+        workspace = Path(settings["workspace"] or "reinloop-workspace")
+        tools = default_toolset(workspace, model=chosen.model, weather_base_url=os.environ.get("REINLOOP_WEATHER_URL"))
+        store = None if getattr(args, "no_memory", False) else _memory_store(stack, db.memory_path)
+        agent = build_agent(chosen.model, tools, config=config, checkpointer=db.saver, store=store,
+                            protocol=chosen.decision_protocol)  # fmt: skip
+        yield agent, settings
+
+
+def _memory_store(stack: ExitStack, path: Path) -> Any:
+    try:
+        from reinloop.memory import sqlite_memory_store
+
+        store = sqlite_memory_store(path)
+    except (ImportError, ReinloopError):
+        return None  # the memory extra is not installed: summaries still work, recall does not
+    stack.callback(store.conn.close)
+    return store
+
+
+# inspection ---------------------------------------------------------------------------------------------
+
+
+def history(args: argparse.Namespace, console: Console) -> int:
+    from reinloop.graph import agent_topology
+
+    with _database(args.db, must_exist=True) as db:
+        config = {"configurable": {"thread_id": args.thread}}
+        snapshots = list(agent_topology(db.saver).get_state_history(config))
+        if not snapshots:
+            raise CommandError(f"unknown thread {args.thread!r} in {db.location}")
+        display.history_table(console, args.thread, snapshots)
+    return 0
+
+
+def show(args: argparse.Namespace, console: Console) -> int:
+    from reinloop.graph import agent_topology
+
+    with _database(args.db, must_exist=True) as db:
+        snapshot = agent_topology(db.saver).get_state({"configurable": {"thread_id": args.thread}})
+        if not snapshot.values:
+            raise CommandError(f"unknown thread {args.thread!r} in {db.location}")
+        if args.json:
+            display.state_json(console, snapshot.values)
+        else:
+            display.thread_state(console, args.thread, snapshot)
+    return 0
+
+
+def graph(args: argparse.Namespace, console: Console) -> int:
+    from reinloop import draw
+    from reinloop.graph import agent_topology
+
+    if args.format in ("png", "svg") and args.output is None:
+        raise CommandError(f"--format {args.format} writes a file: give it with -o FILE")
+    result = draw(agent_topology(), args.format, args.output)
+    if args.output is None:
+        console.print(result, markup=False, highlight=False)
+    else:
+        display.wrote(console, args.output)
+    return 0
+
+
+def evaluate(args: argparse.Namespace, console: Console) -> int:
+    from rich.markup import escape
+    from rich.progress import Progress
+
+    from reinloop.eval import SUITE, FaultProfile, run_benchmark
+
+    for name in RATES:
+        if not 0 <= getattr(args, name) <= 1:
+            raise CommandError(f"--{name.replace('_', '-')} must be between 0 and 1")
+    if not 1 <= args.tasks <= len(SUITE):
+        raise CommandError(f"--tasks must be between 1 and {len(SUITE)}")
+    profile = FaultProfile(
+        fault_rate=args.fault_rate,
+        correct_rate=args.correct_rate,
+        tool_fault_rate=args.tool_fault_rate,
+        latency_s=args.latency,
+    )
+    with Progress(console=console, transient=True) as progress:
+        bar = progress.add_task("evaluating", total=None)
+
+        def advance(done: int, total: int, agent: str, task: str) -> None:
+            progress.update(bar, completed=done, total=total, description=escape(f"{agent}: {task}"))
+
+        result = run_benchmark(profile, seed=args.seed, tasks=args.tasks, out=args.out, model=args.model,
+                               base_url=args.base_url, local=args.local, progress=advance)  # fmt: skip
+    display.benchmark_report(console, result)
+    return 0

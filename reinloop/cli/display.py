@@ -1,0 +1,198 @@
+"""What `reinloop` prints: the live step lines of a run, its final report, and the saved state and history of
+a thread.
+
+Text from models, tools and users (answers, observations, arguments, thread ids, paths) is always passed to
+rich as `Text`, never as a markup string: a final answer containing ``[/]`` would otherwise fail to print,
+and ``'reinloop[eval]'`` would lose its ``[eval]``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langgraph.types import StateSnapshot
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from reinloop.graph import CHECK_FINISH, VALIDATE_ARGS
+
+if TYPE_CHECKING:
+    from reinloop.eval.benchmark import Benchmark
+
+__all__ = [
+    "SHOWN_CHARS",
+    "StepPrinter",
+    "benchmark_report",
+    "final_report",
+    "history_table",
+    "resume_header",
+    "run_header",
+    "state_json",
+    "thread_state",
+    "wrote",
+]
+
+SHOWN_CHARS = 160
+HISTORY_COLUMNS = ("step", "source", "next", "round", "errors", "tokens", "finish", "saved at", "checkpoint")
+
+
+# a run as it streams ----------------------------------------------------------------------------------
+
+
+def run_header(console: Console, thread: str, model: str, location: str) -> None:
+    console.print(Text.assemble(("thread", "dim"), " ", (thread, "bold"), "  ", ("model", "dim"), f" {model}  ",
+                                ("db", "dim"), f" {location}"))  # fmt: skip
+
+
+def resume_header(console: Console, thread: str, model: str) -> None:
+    console.print(Text.assemble(("resuming thread", "dim"), " ", (thread, "bold"), "  ", ("model", "dim"), f" {model}"))
+
+
+class StepPrinter:
+    """One line per step as the graph streams: node, tool, arguments, observation, counters."""
+
+    def __init__(self, console: Console, quiet: bool) -> None:
+        self.console, self.quiet = console, quiet
+        self.counters: dict[str, Any] = {}  # the latest value each node wrote, for the round line
+
+    def update(self, node: str, values: dict) -> None:
+        self.counters.update(
+            {key: values[key] for key in ("consecutive_errors", "iterations_left", "usage") if key in values}
+        )
+        if self.quiet:
+            return
+        for message in values.get("messages", []) or []:
+            self._message(node, message)
+        if node == CHECK_FINISH:
+            errors, left = self.counters.get("consecutive_errors", 0), self.counters.get("iterations_left", "-")
+            tokens = (self.counters.get("usage") or {}).get("total_tokens", 0)
+            line = f"  round {values.get('iteration')}  ·  errors in a row {errors}  ·  rounds left {left}"
+            self.console.print(Text(f"{line}  ·  tokens {tokens}", "dim"))
+        if node == VALIDATE_ARGS and values.get("correction"):
+            self.console.print(Text("  ↻ unreadable reply: asking again with a correction hint", "yellow"))
+
+    def _message(self, node: str, message: BaseMessage) -> None:
+        label = (node, "cyan")
+        if isinstance(message, AIMessage) and message.tool_calls:
+            if message.text:
+                self.console.print(Text.assemble(label, " ", (_short(message.text), "italic")))
+            for call in message.tool_calls:
+                args = json.dumps(call["args"], ensure_ascii=False)
+                self.console.print(Text.assemble(label, " → ", (call["name"], "bold"), f"({_short(args)})"))
+        elif isinstance(message, ToolMessage):
+            mark = ("✗", "red") if message.status == "error" else ("✓", "green")
+            self.console.print(Text.assemble(label, " ", mark, f" {message.name}: {_short(message.text)}"))
+        elif getattr(message, "type", "") == "remove":
+            return
+        else:
+            self.console.print(Text.assemble(label, f" {_short(message.text)}"))
+
+
+def final_report(console: Console, values: dict, thread: str, quiet: bool) -> None:
+    """The final answer, or why the run stopped and how to continue it; with counters unless `quiet`."""
+    reason = values.get("finish_reason")
+    if quiet:
+        if values.get("final_answer") is not None:
+            console.print(Text(values["final_answer"]), soft_wrap=True)
+        return
+    console.rule(Text(str(reason), "green" if reason == "answered" else "yellow"))
+    if reason == "answered":
+        console.print(Text(values.get("final_answer") or ""), soft_wrap=True)
+    else:
+        for message in values.get("messages", [])[-1:]:
+            console.print(Text(message.text), soft_wrap=True)
+        console.print(Text.assemble(("continue with:", "dim"), f" reinloop resume {thread} --extra-iterations 10"))
+    usage = values.get("usage") or {}
+    counts = f"{values.get('iteration', 0)} rounds, {usage.get('model_calls', 0)} model calls, "
+    console.print(Text(counts + f"{usage.get('total_tokens', 0)} tokens", "dim"))
+
+
+# a saved thread ---------------------------------------------------------------------------------------
+
+
+def history_table(console: Console, thread: str, snapshots: Sequence[StateSnapshot]) -> None:
+    """The thread's checkpoints, oldest first."""
+    table = Table(title=Text(f"thread {thread}: {len(snapshots)} checkpoints"))
+    for column in HISTORY_COLUMNS:
+        table.add_column(column)
+    for snapshot in reversed(snapshots):
+        values, metadata = snapshot.values, snapshot.metadata or {}
+        cells = (
+            metadata.get("step", ""),
+            metadata.get("source", ""),
+            ", ".join(snapshot.next),
+            values.get("iteration", ""),
+            values.get("consecutive_errors", ""),
+            (values.get("usage") or {}).get("total_tokens", ""),
+            values.get("finish_reason") or "",
+            (snapshot.created_at or "")[:19].replace("T", " "),
+            snapshot.config["configurable"]["checkpoint_id"][-8:],
+        )
+        table.add_row(*(Text(str(cell)) for cell in cells))
+    console.print(table)
+
+
+def thread_state(console: Console, thread: str, snapshot: StateSnapshot) -> None:
+    """The thread's saved state: task, outcome, counters, calls in doubt, summaries and the window."""
+    values = snapshot.values
+    console.rule(Text(f"thread {thread}"))
+    for key in ("task", "finish_reason", "final_answer", "iteration", "consecutive_errors", "usage"):
+        console.print(Text.assemble((key, "bold"), f": {values.get(key)}"), soft_wrap=True)
+    if snapshot.next:
+        stopped = f": {', '.join(snapshot.next)} (resume continues from there)"
+        console.print(Text.assemble(("stopped before", "bold"), stopped))
+    for call in values.get("in_doubt") or []:
+        args = json.dumps(call["args"], ensure_ascii=False)
+        detail = (
+            f": {call['name']}({_short(args)}) was in flight when the run stopped and was not run again "
+            f"(the tool is not idempotent); key {call['key']}"
+        )
+        console.print(Text.assemble(("outcome unknown", "bold red"), detail), soft_wrap=True)
+    for summary in values.get("summaries") or []:
+        console.print(Text.assemble(("summary", "bold"), f": {_short(summary)}"))
+    console.print(Text.assemble(("window", "bold"), ":"))
+    for message in values.get("messages", []):
+        label = message.name or message.type
+        calls = getattr(message, "tool_calls", None)
+        text = message.text or (json.dumps([[c["name"], c["args"]] for c in calls]) if calls else "")
+        console.print(Text.assemble("  ", (label, "cyan"), f" {_short(text)}"), soft_wrap=True)
+
+
+def state_json(console: Console, values: dict) -> None:
+    console.print_json(json.dumps(_plain(values), default=str))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, BaseMessage):
+        return {"type": value.type, "name": value.name, "content": value.content,
+                "tool_calls": getattr(value, "tool_calls", None)}  # fmt: skip
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    return value
+
+
+# files ------------------------------------------------------------------------------------------------
+
+
+def wrote(console: Console, path: Path) -> None:
+    console.print(Text(f"wrote {path}"))
+
+
+def benchmark_report(console: Console, result: Benchmark) -> None:
+    """The summary table of `reinloop eval` and the files it wrote."""
+    console.print(Text(result.table))
+    console.print(Text(f"report: {', '.join(str(path) for path in result.files)}"))
+    if not result.chart:
+        console.print(Text("no chart: pip install 'reinloop[eval]' for report.png", "dim"))
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 1] + "…"

@@ -1,0 +1,91 @@
+"""The command line of `reinloop`: one subcommand per command in `commands`, each option defined once."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from reinloop.cli import commands
+
+__all__ = ["DRAW_FORMATS", "PROTOCOL_CHOICES", "build_parser"]
+
+PROTOCOL_CHOICES = ["tool_calling", "json"]
+DRAW_FORMATS = ["mermaid", "ascii", "png", "svg", "dot"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="reinloop", description="A tool-using LLM agent with guard rails.")
+    subcommands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    database, agent = _database_options(), _agent_options()
+
+    run = subcommands.add_parser("run", parents=[database, agent], help="run a task")
+    run.add_argument("task", help="what the agent should do")
+    run.add_argument("--thread", help="thread id to save the run under (default: a new one)")
+    run.add_argument("--workspace", type=Path, default=Path("reinloop-workspace"), help="folder the tools work in")
+    run.set_defaults(handler=commands.run)
+
+    resume = subcommands.add_parser(
+        "resume", parents=[database, agent], help="continue a thread after a circuit break or a crash"
+    )
+    resume.add_argument("thread")
+    resume.add_argument("--extra-iterations", type=int, help="rounds to add (default: max_iterations)")
+    resume.add_argument("--hint", help="a hint for the model")
+    resume.add_argument("--workspace", type=Path, help="folder the tools work in (default: the run's)")
+    resume.set_defaults(handler=commands.resume)
+
+    history = subcommands.add_parser("history", parents=[database], help="the steps and checkpoints of a thread")
+    history.add_argument("thread")
+    history.set_defaults(handler=commands.history)
+
+    show = subcommands.add_parser("show", parents=[database], help="the current state of a thread")
+    show.add_argument("thread")
+    show.add_argument("--json", action="store_true", help="print the state as JSON")
+    show.set_defaults(handler=commands.show)
+
+    evaluation = subcommands.add_parser("eval", help="run the fault-injection benchmark: four agents, 50 tasks")
+    evaluation.add_argument("--fault-rate", type=float, default=0.2, help="model mistakes per decision (0-1)")
+    evaluation.add_argument("--tool-fault-rate", type=float, default=0.1, help="tool faults per call (0-1)")
+    evaluation.add_argument("--correct-rate", type=float, default=0.7, help="chance the model fixes an error")
+    evaluation.add_argument("--latency", type=float, default=0.0, help="simulated model latency per call (s)")
+    evaluation.add_argument("--seed", type=int, default=0)
+    evaluation.add_argument("--tasks", type=int, default=50, help="how many of the 50 tasks")
+    evaluation.add_argument("--out", type=Path, default=Path("reinloop-eval"), help="folder for the report")
+    evaluation.add_argument("--model", help="evaluate a real model instead of the simulated one (no faults)")
+    evaluation.add_argument("--base-url", help="a real model on an OpenAI-compatible server (no faults)")
+    evaluation.add_argument("--local", action="store_true", help="the embedded local model (no faults)")
+    evaluation.set_defaults(handler=commands.evaluate)
+
+    graph = subcommands.add_parser("graph", help="draw the agent's graph")
+    graph.add_argument("--format", choices=DRAW_FORMATS, default="ascii")
+    graph.add_argument("-o", "--output", type=Path, help="file to write (needed for png and svg)")
+    graph.set_defaults(handler=commands.graph)
+    return parser
+
+
+def _database_options() -> argparse.ArgumentParser:
+    options = argparse.ArgumentParser(add_help=False)
+    # A string, not a Path: a Path would fold the // of a postgresql:// URL.
+    options.add_argument(
+        "--db",
+        default=None,
+        help="runs database: a SQLite file or a postgresql:// URL (default: REINLOOP_DB, else the user data folder)",
+    )
+    return options
+
+
+def _agent_options() -> argparse.ArgumentParser:
+    """The model, its limits and the run's extras, shared by run and resume."""
+    options = argparse.ArgumentParser(add_help=False)
+    options.add_argument("--model", help="a model string such as openai:gpt-4o-mini, or the model's name at --base-url")
+    options.add_argument(
+        "--base-url", help="an OpenAI-compatible server (Ollama, vLLM, llama.cpp), e.g. http://127.0.0.1:8080/v1"
+    )
+    options.add_argument("--protocol", choices=PROTOCOL_CHOICES, help="how the model states decisions")
+    options.add_argument("--max-iterations", type=int)
+    options.add_argument("--error-threshold", type=int)
+    options.add_argument("--tool-timeout", type=float, dest="tool_timeout_s")
+    options.add_argument("--context-token-budget", type=int)
+    options.add_argument("--run-token-budget", type=int)
+    options.add_argument("--no-memory", action="store_true", help="no long-term memory store")
+    options.add_argument("--quiet", action="store_true", help="print only the final answer")
+    return options

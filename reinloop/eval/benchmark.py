@@ -1,0 +1,65 @@
+"""The benchmark as one call (what `reinloop eval` runs): pick the model and the agents, run the suite, write
+the report."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from reinloop.eval.run import AGENTS, evaluate_suite, markdown_table, write_report
+from reinloop.eval.simulated import FaultProfile
+
+__all__ = ["REPORT_FILES", "Benchmark", "run_benchmark"]
+
+REPORT_FILES = ("report.md", "report.json", "report.png")
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """What a benchmark wrote: the summary per agent, as a markdown table too, and the report files."""
+
+    summary: dict[str, dict[str, float]]
+    table: str
+    files: list[Path] = field(default_factory=list)
+    chart: bool = False  # report.png needs the eval extra's matplotlib
+
+
+def run_benchmark(
+    profile: FaultProfile,
+    *,
+    seed: int = 0,
+    tasks: int,
+    out: Path,
+    model: str | None = None,
+    base_url: str | None = None,
+    local: bool = False,
+    progress: Callable[[int, int, str, str], None] | None = None,
+) -> Benchmark:
+    """The suite's first `tasks` tasks with the simulated model and `profile`'s faults, or, given `model`,
+    `base_url` or `local`, with that real model and no injected faults; the report is written to `out`.
+
+    `progress(done, total, agent, task)` is called after each run.
+    """
+    with ExitStack() as stack:
+        real, agents = None, AGENTS
+        if model or base_url or local:
+            from reinloop.models import LOCAL, model_from_settings
+
+            real = stack.enter_context(model_from_settings(LOCAL if local else model, base_url, None))
+            profile = FaultProfile(fault_rate=0.0, tool_fault_rate=0.0, correct_rate=1.0)
+            # The others need native tool calls; a json-protocol model runs with reinloop only.
+            agents = AGENTS if real.protocol == "tool_calling" else ("reinloop",)
+        total, done = tasks * len(agents), 0
+
+        def advance(agent: str, task: str) -> None:
+            nonlocal done
+            done += 1
+            if progress:
+                progress(done, total, agent, task)
+
+        records = evaluate_suite(profile=profile, seed=seed, tasks=tasks, agents=agents, progress=advance, real=real)
+    summary = write_report(records, profile, seed, out)
+    files = [out / name for name in REPORT_FILES if (out / name).exists()]
+    return Benchmark(summary, markdown_table(summary), files, chart=(out / "report.png").exists())
