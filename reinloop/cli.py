@@ -22,13 +22,13 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
+from reinloop.breakers import BREAKERS
 from reinloop.errors import ReinloopError
-from reinloop.state import FINISH_REASONS, read_input
+from reinloop.state import read_input
 
 __all__ = ["EXIT_CODES", "main"]
 
-EXIT_CODES: dict[str, int] = {"answered": 0, "max_iterations": 3, "error_streak": 4, "dead_loop": 5, "token_budget": 6}
-assert set(EXIT_CODES) == set(FINISH_REASONS)
+EXIT_CODES: dict[str, int] = {entry.reason: entry.exit_code for entry in BREAKERS}
 USAGE_ERROR = 2
 SHOWN_CHARS = 160
 # Run settings saved with each checkpoint (never keys), so `resume` rebuilds the same agent.
