@@ -24,6 +24,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from reinloop.breakers import BREAKERS
 from reinloop.errors import ReinloopError
+from reinloop.protocols import PROTOCOLS
 from reinloop.state import read_input
 
 __all__ = ["EXIT_CODES", "main"]
@@ -134,7 +135,7 @@ def _model_options(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--base-url", help="an OpenAI-compatible server (Ollama, vLLM, llama.cpp), e.g. http://127.0.0.1:8080/v1"
     )
-    command.add_argument("--protocol", choices=["tool_calling", "json"], help="how the model states decisions")
+    command.add_argument("--protocol", choices=list(PROTOCOLS), help="how the model states decisions")
 
 
 def _limit_options(command: argparse.ArgumentParser) -> None:

@@ -160,3 +160,10 @@ def test_a_blank_task_is_a_usage_error_before_anything_starts(home, task):
     assert "the task is blank" in done.stderr and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) <= 2
     assert not (home / "runs.sqlite").exists()  # no model server started, no database opened
+
+
+def test_the_protocol_choices_are_the_registered_protocols(home):
+    from reinloop.protocols import PROTOCOLS
+
+    shown = cli("run", "--help", home=home)
+    assert shown.returncode == 0 and "{" + ",".join(PROTOCOLS) + "}" in shown.stdout
