@@ -14,6 +14,7 @@ from reinloop.errors import ConfigurationError
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "MAX_PARSE_RETRIES", "AgentConfig", "Durability", "ProtocolName"]
 
+# The built-in protocols, each a class in `reinloop.protocols.PROTOCOLS` (checked when that module loads).
 ProtocolName = Literal["tool_calling", "json"]
 Durability = Literal["sync", "async", "exit"]
 

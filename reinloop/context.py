@@ -7,11 +7,10 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import Runnable
-from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from reinloop.config import AgentConfig
 from reinloop.memory.tokens import TokenCounter
-from reinloop.protocols import DecisionProtocol, ToolCallingProtocol
+from reinloop.protocols import DecisionProtocol
 from reinloop.tools.registry import ToolRegistry
 
 __all__ = ["AgentContext"]
@@ -28,7 +27,7 @@ class AgentContext:
     system_prompt: str  # config.system_prompt plus the protocol's instructions
     summarizer: Runnable[Any, BaseMessage] | None  # folds window entries into summaries; None: extractive only
     counter: TokenCounter  # the model's tokenizer, offline
-    tool_tokens: int  # what the tool schemas sent beside the messages cost
+    tool_tokens: int  # what the tool schemas the protocol sends beside the messages cost
 
     @classmethod
     def create(
@@ -42,8 +41,6 @@ class AgentContext:
         instructions = protocol.instructions(registry)
         system_prompt = f"{config.system_prompt}\n\n{instructions}" if instructions else config.system_prompt
         counter = TokenCounter(getattr(chat_model, "model_name", None) or getattr(chat_model, "model", None))
-        tool_tokens = 0
-        if isinstance(protocol, ToolCallingProtocol) and len(registry):
-            tool_tokens = counter.tools([convert_to_openai_tool(tool) for tool in registry.tools])
+        tool_tokens = counter.tools(protocol.tool_schemas(registry))
         bound = protocol.bind(chat_model, registry)
         return cls(config, registry, protocol, bound, system_prompt, summarizer, counter, tool_tokens)

@@ -128,10 +128,13 @@ def build_agent(
     """The agent loop as a compiled LangGraph graph. Invoke it with ``{"task": "..."}``.
 
     `model` is a LangChain chat model or a model string (``"openai:gpt-4o-mini"``); `tools` are LangChain
-    tools, typed callables with docstrings, or a `ToolRegistry`. `protocol` overrides `config.protocol`
-    with a custom `DecisionProtocol`. Give a `checkpointer` to save every step (resume needs one), and a
-    `store` with a semantic index (see `reinloop.memory.memory_store`) for long-term memory. Summaries of
-    folded window entries are written by `summary_model`, by default the agent's model.
+    tools, typed callables with docstrings, or a `ToolRegistry`. The protocol is picked by `get_protocol`:
+    `config.protocol` names a built-in one; a custom `DecisionProtocol` object given as `protocol` is used
+    instead, and must then agree with the config: if the config sets `protocol` explicitly, the object's
+    `name` must be that name (else `ConfigurationError`); leave it unset for a protocol with a new name.
+    Give a `checkpointer` to save every step (resume needs one), and a `store` with a semantic index (see
+    `reinloop.memory.memory_store`) for long-term memory. Summaries of folded window entries are written by
+    `summary_model`, by default the agent's model.
     """
     if config is None:
         config = AgentConfig()
@@ -140,7 +143,7 @@ def build_agent(
     registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
     chat_model = resolve_model(model)
     summarizer = resolve_model(summary_model) if summary_model is not None else chat_model
-    ctx = _context(chat_model, registry, config, protocol or get_protocol(config.protocol), summarizer)
+    ctx = _context(chat_model, registry, config, get_protocol(config, protocol), summarizer)
 
     model_retry = RetryPolicy(
         initial_interval=config.model_retry_backoff_s,

@@ -4,6 +4,9 @@ A protocol binds the model, adds its instructions to the system prompt, renders 
 and parses each reply into a `Decision`. Replies are stored in one normal form whatever the protocol: an
 `AIMessage` whose text is the model's reasoning and whose `tool_calls` hold the requested calls, answered
 by one `ToolMessage` each; a final answer is an `AIMessage` holding the answer.
+
+`PROTOCOLS` maps each `ProtocolName` (what `AgentConfig.protocol` accepts) to its class, and `get_protocol`
+is the one place that picks an agent's protocol, from the config or a custom `DecisionProtocol` object.
 """
 
 from __future__ import annotations
@@ -13,13 +16,15 @@ import re
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, get_args
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import Runnable
+from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from reinloop.config import ProtocolName
+from reinloop.config import AgentConfig, ProtocolName
+from reinloop.errors import ConfigurationError
 from reinloop.memory.window import truncate
 from reinloop.state import Decision, act, answer, unparsable
 from reinloop.storable import clean_text
@@ -27,6 +32,7 @@ from reinloop.tools.registry import ToolRegistry
 
 __all__ = [
     "FINAL_ANSWER_ACTION",
+    "PROTOCOLS",
     "DecisionProtocol",
     "JsonProtocol",
     "ToolCallingProtocol",
@@ -86,6 +92,12 @@ class DecisionProtocol(ABC):
         """The assembled prompt in the shape this protocol sends it (by default, as it is)."""
         return prompt
 
+    def tool_schemas(self, registry: ToolRegistry) -> list[dict[str, Any]]:
+        """The tool schemas `bind` sends beside the messages, counted in every prompt's tokens. By default
+        none: override it when `bind` gives the model API the tools (a text protocol describes them in
+        `instructions`, which are counted with the system prompt)."""
+        return []
+
 
 class ToolCallingProtocol(DecisionProtocol):
     """Native tool calls through `bind_tools`: for models and servers that support tool calling."""
@@ -101,6 +113,9 @@ class ToolCallingProtocol(DecisionProtocol):
 
     def instructions(self, registry: ToolRegistry) -> str:
         return ""
+
+    def tool_schemas(self, registry: ToolRegistry) -> list[dict[str, Any]]:
+        return [convert_to_openai_tool(tool) for tool in registry.tools]
 
     def render(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
         return list(messages)
@@ -308,13 +323,55 @@ def _tool_args(action: str, action_input: Any, registry: ToolRegistry) -> dict[s
     )
 
 
-_PROTOCOLS: dict[str, type[DecisionProtocol]] = {
-    ToolCallingProtocol.name: ToolCallingProtocol,
-    JsonProtocol.name: JsonProtocol,
+# The protocols `AgentConfig.protocol` names. A new one is a class here and a name in `ProtocolName`; the
+# CLI's --protocol choices follow.
+PROTOCOLS: dict[ProtocolName, type[DecisionProtocol]] = {
+    "tool_calling": ToolCallingProtocol,
+    "json": JsonProtocol,
 }
 
+PROTOCOL_MISMATCH_TEMPLATE = (
+    "the protocol object {custom!r} is named {name!r}, but the config names protocol={configured!r}: "
+    "leave AgentConfig.protocol unset to use the object, or pass an object whose name is {configured!r}"
+)
 
-def get_protocol(name: ProtocolName | DecisionProtocol) -> DecisionProtocol:
-    if isinstance(name, DecisionProtocol):
-        return name
-    return _PROTOCOLS[name]()
+
+def get_protocol(choice: AgentConfig | ProtocolName, custom: DecisionProtocol | None = None) -> DecisionProtocol:
+    """The protocol an agent uses: `custom` when given, else a new instance of the class `PROTOCOLS`
+    registers under the name (`choice`, or `choice.protocol` for a config).
+
+    A custom protocol must agree with a name set explicitly: with a name, or a config whose `protocol` was
+    given, its `name` must be that name, else `ConfigurationError`. A config that leaves `protocol` at its
+    default accepts any protocol object (e.g. one with a new name).
+    """
+    if isinstance(choice, AgentConfig):
+        name, named = choice.protocol, "protocol" in choice.model_fields_set
+    else:
+        name, named = choice, True
+    if custom is None:
+        if name not in PROTOCOLS:
+            raise ConfigurationError(f"unknown protocol {name!r}; use one of {list(PROTOCOLS)}")
+        return PROTOCOLS[name]()
+    if not isinstance(custom, DecisionProtocol):
+        raise ConfigurationError(
+            f"protocol must be a DecisionProtocol instance, got {custom!r}; e.g. protocol=JsonProtocol()"
+        )
+    custom_name = getattr(custom, "name", None)
+    if named and custom_name != name:
+        raise ConfigurationError(
+            PROTOCOL_MISMATCH_TEMPLATE.format(custom=type(custom).__name__, name=custom_name, configured=name)
+        )
+    return custom
+
+
+def _check_registry() -> None:
+    # A developer error in this module, caught at import rather than as a KeyError when an agent is built.
+    names = get_args(ProtocolName)
+    if sorted(PROTOCOLS) != sorted(names) or any(cls.name != key for key, cls in PROTOCOLS.items()):
+        raise ConfigurationError(
+            f"PROTOCOLS must register one class per ProtocolName {list(names)} under its own name, got "
+            f"{ {key: cls.name for key, cls in PROTOCOLS.items()} }"
+        )
+
+
+_check_registry()

@@ -8,7 +8,7 @@ is bounded by `compress_memory`, and counters (budgets) live here so that a resu
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Any, Literal, TypedDict
+from typing import Annotated, Any, Literal, TypedDict, get_args
 
 from langchain_core.messages import AnyMessage
 from langgraph.graph.message import add_messages
@@ -40,14 +40,10 @@ __all__ = [
     "unparsable",
 ]
 
+# Why a run ended. Each reason is one entry in `reinloop.breakers.BREAKERS` (its predicate, priority,
+# final message and exit code); importing that module checks the two agree.
 FinishReason = Literal["answered", "max_iterations", "error_streak", "dead_loop", "token_budget"]
-FINISH_REASONS: tuple[FinishReason, ...] = (
-    "answered",
-    "max_iterations",
-    "error_streak",
-    "dead_loop",
-    "token_budget",
-)
+FINISH_REASONS: tuple[FinishReason, ...] = get_args(FinishReason)
 
 # Every model-fixable mistake, as recorded in state and reported to the model.
 ErrorKind = Literal[

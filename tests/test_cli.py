@@ -223,3 +223,10 @@ def test_eval_without_the_eval_extra_names_it(home, monkeypatch, capsys):
     assert main(["eval", "--tasks", "1", "--out", str(home / "report")]) == 0
     assert "no chart: pip install 'reinloop[eval]' for report.png" in capsys.readouterr().out
     assert {p.name for p in (home / "report").iterdir()} == {"report.md", "report.json"}
+
+
+def test_the_protocol_choices_are_the_registered_protocols(home):
+    from reinloop.protocols import PROTOCOLS
+
+    shown = cli("run", "--help", home=home)
+    assert shown.returncode == 0 and "{" + ",".join(PROTOCOLS) + "}" in shown.stdout

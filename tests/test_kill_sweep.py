@@ -21,10 +21,9 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import ToolMessage
 
-from reinloop import build_agent
 from reinloop.checkpoint import open_checkpointer
+from reinloop.graph import agent_topology
 from reinloop.memory.window import pairing_violations
-from reinloop.testing import ScriptedChatModel
 
 ROOT = Path(__file__).resolve().parent.parent
 ROUNDS = 6
@@ -42,9 +41,7 @@ def _worker(mode: str, db: str, folder: Path, thread: str, seed: int) -> subproc
 def _saved_outcomes(db: str, thread: str) -> tuple[set[str], dict]:
     """Call ids whose outcome the checkpointer holds (in the window, or as a finished task's saved write)."""
     with open_checkpointer(db) as saver:
-        snapshot = build_agent(ScriptedChatModel(), [], checkpointer=saver).get_state(
-            {"configurable": {"thread_id": thread}}
-        )
+        snapshot = agent_topology(saver).get_state({"configurable": {"thread_id": thread}})
     saved = {m.tool_call_id for m in snapshot.values.get("messages", []) if isinstance(m, ToolMessage)}
     for task in snapshot.tasks:
         # A finished execute_tool task whose write is saved; other tasks (validate_args resets the channel
@@ -87,9 +84,7 @@ def _sweep_once(db: str, tmp_path: Path, seed: int) -> dict:
         assert resumed.returncode == 0, err
 
     with open_checkpointer(db) as saver:
-        final = build_agent(ScriptedChatModel(), [], checkpointer=saver).get_state(
-            {"configurable": {"thread_id": thread}}
-        )
+        final = agent_topology(saver).get_state({"configurable": {"thread_id": thread}})
     values = final.values
     messages = values["messages"]
     results = [m for m in messages if isinstance(m, ToolMessage)]

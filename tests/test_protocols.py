@@ -1,10 +1,22 @@
 import json
+from typing import get_args
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langgraph.checkpoint.memory import InMemorySaver
 
-from reinloop.protocols import JsonProtocol, ToolCallingProtocol, extract_json_object
-from reinloop.testing import json_action, parallel_calls, tool_call
+from reinloop import AgentConfig, ConfigurationError, build_agent
+from reinloop.config import ProtocolName
+from reinloop.context import AgentContext
+from reinloop.protocols import (
+    PROTOCOLS,
+    DecisionProtocol,
+    JsonProtocol,
+    ToolCallingProtocol,
+    extract_json_object,
+    get_protocol,
+)
+from reinloop.testing import ScriptedChatModel, json_action, parallel_calls, tool_call
 from reinloop.tools import ToolRegistry
 from tests.conftest import THREAD, add, lookup, make_agent
 
@@ -206,3 +218,101 @@ def test_a_deeply_nested_reply_gets_the_retry_and_the_run_goes_on():
     result = agent.invoke({"task": "2 + 2?"}, THREAD)
     assert (result["finish_reason"], result["final_answer"]) == ("answered", "4")
     assert "nested too deeply" in model.calls[1].messages[-1].content  # the correction hint
+
+
+# one selector ---------------------------------------------------------------------------------------------
+
+
+def test_the_registry_holds_every_protocol_name():
+    assert sorted(PROTOCOLS) == sorted(get_args(ProtocolName))
+    assert all(cls.name == name for name, cls in PROTOCOLS.items())
+
+
+class NamedJson(JsonProtocol):
+    """A custom variant of the json protocol, under the same name (as the embedded model's)."""
+
+
+class Xml(JsonProtocol):
+    name = "xml"
+
+
+@pytest.mark.parametrize(
+    ("config", "custom", "chosen"),
+    [
+        (AgentConfig(), None, ToolCallingProtocol),
+        (AgentConfig(protocol="json"), None, JsonProtocol),
+        (AgentConfig(protocol="json"), NamedJson(), NamedJson),
+        (AgentConfig(), Xml(), Xml),  # the config names no protocol: a new name is fine
+        (AgentConfig(), JsonProtocol(), JsonProtocol),
+    ],
+    ids=["default", "named", "custom-same-name", "custom-new-name", "custom-default-config"],
+)
+def test_get_protocol_picks_the_custom_object_or_the_named_class(config, custom, chosen):
+    protocol = get_protocol(config, custom)
+    assert type(protocol) is chosen
+    assert custom is None or protocol is custom
+
+
+@pytest.mark.parametrize(
+    ("config", "custom", "message"),
+    [
+        (
+            AgentConfig(protocol="tool_calling"),
+            JsonProtocol(),
+            "named 'json', but the config names protocol='tool_calling'",
+        ),
+        (AgentConfig(protocol="json"), Xml(), "named 'xml', but the config names protocol='json'"),
+        (AgentConfig(), JsonProtocol, "must be a DecisionProtocol instance"),
+    ],
+    ids=["explicit-name-disagrees", "new-name-disagrees", "a-class-not-an-object"],
+)
+def test_a_custom_protocol_that_disagrees_with_the_config_is_refused_at_build(config, custom, message):
+    with pytest.raises(ConfigurationError, match=message):
+        build_agent(ScriptedChatModel(replies=[]), [add], config=config, protocol=custom)
+
+
+def test_build_agent_runs_with_the_custom_protocol():
+    model = ScriptedChatModel(replies=[json_action("final_answer", "4")])
+    agent = build_agent(model, [add], protocol=NamedJson(), checkpointer=InMemorySaver())
+    result = agent.invoke({"task": "2 + 2?"}, THREAD)
+    assert (result["finish_reason"], result["final_answer"]) == ("answered", "4")
+    assert not model.calls[0].tools  # the json protocol sends no tool schemas
+
+
+# tool-schema tokens -------------------------------------------------------------------------------------
+
+
+class NativeTools(DecisionProtocol):
+    """A custom protocol that sends the tools through the model API, as tool calling does."""
+
+    name = "native"
+    expected_format = "a tool call"
+    bind = ToolCallingProtocol.bind
+    instructions = ToolCallingProtocol.instructions
+    render = ToolCallingProtocol.render
+    parse = ToolCallingProtocol.parse
+    tool_schemas = ToolCallingProtocol.tool_schemas
+
+
+class TextTools(DecisionProtocol):
+    """A custom protocol that describes the tools in its instructions and sends none natively."""
+
+    name = "text"
+    expected_format = JsonProtocol.expected_format
+    bind = JsonProtocol.bind
+    instructions = JsonProtocol.instructions
+    render = JsonProtocol.render
+    parse = JsonProtocol.parse
+
+
+@pytest.mark.parametrize(
+    ("protocol", "counted"),
+    [(NativeTools(), True), (ToolCallingProtocol(), True), (TextTools(), False), (JsonProtocol(), False)],
+    ids=["custom-native", "tool-calling", "custom-text", "json"],
+)
+def test_tool_schema_tokens_are_counted_when_the_protocol_sends_the_tools(protocol, counted):
+    ctx = AgentContext.create(AgentConfig(), REGISTRY, protocol, ScriptedChatModel(replies=[]))
+    sent = getattr(ctx.model, "kwargs", {}).get("tools")  # what bind_tools bound, if anything
+    assert bool(sent) == counted
+    assert ctx.tool_tokens == (ctx.counter.tools(sent) if counted else 0)
+    assert counted == (ctx.tool_tokens > 0)

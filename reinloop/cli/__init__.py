@@ -2,9 +2,10 @@
 run the fault-injection benchmark (`reinloop eval`).
 
 Runs are saved in a SQLite file in the user's data folder (`--db` or REINLOOP_DB to change it: a file path
-or a ``postgresql://`` URL), so any run can be resumed or inspected later by its thread id. Exit codes:
-0 answered, 3 max_iterations, 4 error_streak, 5 dead_loop, 6 token_budget; 2 for a usage or set-up problem
-(one line, no traceback, saved state untouched), 1 for an unexpected failure.
+or a ``postgresql://`` URL), so any run can be resumed or inspected later by its thread id. Exit codes: one
+per finish reason, from `reinloop.breakers.BREAKERS` (0 answered, 3 max_iterations, 4 error_streak,
+5 dead_loop, 6 token_budget); 2 for a usage or set-up problem (one line, no traceback, saved state
+untouched), 1 for an unexpected failure.
 
 `parser` reads the command line, `commands` does each command, `display` prints what they return; text
 from models and tools is printed as text, never read as rich markup.
@@ -16,13 +17,12 @@ import os
 import sys
 from collections.abc import Sequence
 
+from reinloop.breakers import BREAKERS
 from reinloop.errors import ReinloopError
-from reinloop.state import FINISH_REASONS
 
 __all__ = ["EXIT_CODES", "USAGE_ERROR", "CommandError", "main"]
 
-EXIT_CODES: dict[str, int] = {"answered": 0, "max_iterations": 3, "error_streak": 4, "dead_loop": 5, "token_budget": 6}
-assert set(EXIT_CODES) == set(FINISH_REASONS)
+EXIT_CODES: dict[str, int] = {entry.reason: entry.exit_code for entry in BREAKERS}
 USAGE_ERROR = 2
 INTERRUPTED = 130
 

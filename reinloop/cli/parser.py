@@ -6,10 +6,11 @@ import argparse
 from pathlib import Path
 
 from reinloop.cli import commands
+from reinloop.protocols import PROTOCOLS
 
 __all__ = ["DRAW_FORMATS", "PROTOCOL_CHOICES", "build_parser"]
 
-PROTOCOL_CHOICES = ["tool_calling", "json"]
+PROTOCOL_CHOICES = list(PROTOCOLS)
 DRAW_FORMATS = ["mermaid", "ascii", "png", "svg", "dot"]
 
 

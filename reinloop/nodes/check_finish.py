@@ -1,36 +1,32 @@
 """check_finish: count the round and decide whether the run goes on.
 
-Reads `decision`, `checks`, `consecutive_errors`, `usage`, `iteration`, `iterations_left`. Writes `iteration`,
-`iterations_left`, `finish_reason` and `final_answer` (None unless answered). Outcomes, in priority order:
-answered; dead_loop (a repeated call was refused this round, before it ran); error_streak; token_budget
-(`usage` reached `run_token_budget`); max_iterations; or go on (`finish_reason` None).
+Reads `iteration` and `iterations_left`, and what the breakers' predicates read (`reinloop.breakers`):
+`decision`, `checks`, `consecutive_errors`, `usage`. Writes `iteration`, `iterations_left` (left as it was
+when answered), `finish_reason` and `final_answer` (None unless answered). Outcomes: the first entry of
+`BREAKERS` that trips, in table order: answered; dead_loop (a repeated call was refused this round, before
+it ran); error_streak; token_budget (`usage` reached `run_token_budget`); max_iterations; or go on
+(`finish_reason` None).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
+from reinloop.breakers import BREAKERS
 from reinloop.context import AgentContext
-from reinloop.state import NO_USAGE, AgentState, FinishReason
+from reinloop.state import AgentState
 
 __all__ = ["check_finish"]
 
 
 def check_finish(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
-    iteration = state.get("iteration", 0) + 1
-    decision = state["decision"]
-    if decision["kind"] == "answer":
-        return {"iteration": iteration, "final_answer": decision["answer"], "finish_reason": "answered"}
     left = state.get("iterations_left")
-    left = (ctx.config.max_iterations if left is None else left) - 1
-    budget = ctx.config.run_token_budget
-    reason: FinishReason | None = None
-    if any(check["error_kind"] == "repeated_call" for check in state.get("checks", [])):
-        reason = "dead_loop"
-    elif state.get("consecutive_errors", 0) >= ctx.config.error_threshold:
-        reason = "error_streak"
-    elif budget is not None and state.get("usage", NO_USAGE)["total_tokens"] >= budget:
-        reason = "token_budget"
-    elif left <= 0:
-        reason = "max_iterations"
-    return {"iteration": iteration, "iterations_left": left, "finish_reason": reason, "final_answer": None}
+    counted: dict[str, Any] = {
+        "iteration": state.get("iteration", 0) + 1,
+        "iterations_left": (ctx.config.max_iterations if left is None else left) - 1,
+    }
+    after = cast(AgentState, {**state, **counted})
+    reason = next((entry.reason for entry in BREAKERS if entry.trips(after, ctx.config)), None)
+    if reason == "answered":
+        return {"iteration": counted["iteration"], "final_answer": state["decision"]["answer"], "finish_reason": reason}
+    return {**counted, "finish_reason": reason, "final_answer": None}

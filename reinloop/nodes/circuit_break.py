@@ -1,8 +1,8 @@
 """circuit_break: end a run that tripped a breaker, gracefully and resumably.
 
 Reads `finish_reason` and the counters. Writes `messages`: one explanatory final message naming the reason,
-what led to it, and how to resume. The checkpoint keeps everything else, so `reinloop.resume` can continue
-the thread with a fresh budget.
+what led to it, and how to resume (the reason's template in `reinloop.breakers`, filled in here). The
+checkpoint keeps everything else, so `reinloop.resume` can continue the thread with a fresh budget.
 """
 
 from __future__ import annotations
@@ -11,20 +11,12 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, ToolMessage
 
+from reinloop.breakers import breaker
 from reinloop.context import AgentContext
 from reinloop.state import NO_USAGE, AgentState
 
-__all__ = ["BREAK_TEMPLATES", "RESUME_ADVICE", "circuit_break"]
+__all__ = ["RESUME_ADVICE", "circuit_break"]
 
-BREAK_TEMPLATES: dict[str, str] = {
-    "max_iterations": "Stopped: no final answer after {iteration} rounds; the iteration budget is used up.",
-    "error_streak": "Stopped: {errors} errors in a row (the limit is {threshold}). The last one: {last_error}",
-    "dead_loop": (
-        "Stopped: a dead loop. The same call was requested more than {max_repeats} times within "
-        "{loop_window} decisions: {repeated}"
-    ),
-    "token_budget": "Stopped: the run used {tokens} tokens after {iteration} rounds (the budget is {budget}).",
-}
 RESUME_ADVICE = (
     " The state is saved: resume this thread with reinloop.resume(agent, config, extra_iterations=..., "
     "hint=...) to continue with a fresh budget."
@@ -35,9 +27,10 @@ QUOTE_CHARS = 300
 
 def circuit_break(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
     reason = state["finish_reason"]
-    if reason is None or reason == "answered":
+    template = breaker(reason).template if reason is not None else None
+    if template is None:
         raise RuntimeError(f"circuit_break reached with finish_reason={reason!r}")
-    text = BREAK_TEMPLATES[reason].format(
+    text = template.format(
         iteration=state.get("iteration", 0),
         tokens=state.get("usage", NO_USAGE)["total_tokens"],
         budget=ctx.config.run_token_budget,

@@ -1,0 +1,115 @@
+"""Why a run ends: one `Breaker` per finish reason, in priority order.
+
+Each entry holds everything about its reason: when it trips (a predicate over the state after the round was
+counted and the agent's settings), the final message `circuit_break` writes, and the exit code of the CLI.
+`check_finish` tries the entries in table order and the first that trips ends the run; `answered` comes first,
+so an answer on the last round still wins.
+
+To add a finish reason:
+1. add its name to `FinishReason` in `reinloop/state.py` (`FINISH_REASONS` follows by `get_args`);
+2. add one `Breaker` to `BREAKERS` below, where its priority puts it. Its template may use the placeholders
+   `circuit_break` fills: {iteration}, {tokens}, {budget}, {errors}, {threshold}, {last_error},
+   {max_repeats}, {loop_window}, {repeated}.
+Nothing else changes: the router sends every reason but `answered` to `circuit_break`, and the CLI reads the
+exit code from here. Importing this module checks that the table and `FinishReason` agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from reinloop.config import AgentConfig
+from reinloop.errors import ConfigurationError
+from reinloop.state import FINISH_REASONS, NO_USAGE, AgentState, FinishReason
+
+__all__ = ["BREAKERS", "Breaker", "breaker"]
+
+
+@dataclass(frozen=True, slots=True)
+class Breaker:
+    """One finish reason: when it trips, what the run's final message says, and the CLI's exit code."""
+
+    reason: FinishReason
+    # Reads the state after check_finish counted the round (`iteration`, `iterations_left` already updated).
+    trips: Callable[[AgentState, AgentConfig], bool]
+    # The final message circuit_break writes; None for `answered`, whose final message is the answer.
+    template: str | None
+    exit_code: int  # the CLI's exit status (1 is a crash, 2 a usage error)
+
+
+def _answered(state: AgentState, settings: AgentConfig) -> bool:
+    return state["decision"]["kind"] == "answer"
+
+
+def _dead_loop(state: AgentState, settings: AgentConfig) -> bool:
+    # validate_args refused a repeated call this round, before it ran.
+    return any(check["error_kind"] == "repeated_call" for check in state.get("checks", []))
+
+
+def _error_streak(state: AgentState, settings: AgentConfig) -> bool:
+    return state.get("consecutive_errors", 0) >= settings.error_threshold
+
+
+def _token_budget(state: AgentState, settings: AgentConfig) -> bool:
+    budget = settings.run_token_budget
+    return budget is not None and state.get("usage", NO_USAGE)["total_tokens"] >= budget
+
+
+def _max_iterations(state: AgentState, settings: AgentConfig) -> bool:
+    left = state.get("iterations_left")
+    return left is not None and left <= 0
+
+
+BREAKERS: tuple[Breaker, ...] = (
+    Breaker("answered", _answered, None, exit_code=0),
+    Breaker(
+        "dead_loop",
+        _dead_loop,
+        "Stopped: a dead loop. The same call was requested more than {max_repeats} times within "
+        "{loop_window} decisions: {repeated}",
+        exit_code=5,
+    ),
+    Breaker(
+        "error_streak",
+        _error_streak,
+        "Stopped: {errors} errors in a row (the limit is {threshold}). The last one: {last_error}",
+        exit_code=4,
+    ),
+    Breaker(
+        "token_budget",
+        _token_budget,
+        "Stopped: the run used {tokens} tokens after {iteration} rounds (the budget is {budget}).",
+        exit_code=6,
+    ),
+    Breaker(
+        "max_iterations",
+        _max_iterations,
+        "Stopped: no final answer after {iteration} rounds; the iteration budget is used up.",
+        exit_code=3,
+    ),
+)
+
+_BY_REASON: dict[str, Breaker] = {entry.reason: entry for entry in BREAKERS}
+
+
+def breaker(reason: FinishReason) -> Breaker:
+    """The table entry of `reason`."""
+    return _BY_REASON[reason]
+
+
+def _check_table() -> None:
+    # A developer error in this module, caught at import rather than as a KeyError at the end of some run.
+    if sorted(_BY_REASON) != sorted(FINISH_REASONS) or len(_BY_REASON) != len(BREAKERS):
+        raise ConfigurationError(
+            f"BREAKERS must hold one entry per FinishReason: the table has {[b.reason for b in BREAKERS]}, "
+            f"FinishReason has {list(FINISH_REASONS)}"
+        )
+    codes = [entry.exit_code for entry in BREAKERS]
+    if len(set(codes)) != len(codes) or {1, 2} & set(codes):
+        raise ConfigurationError(f"BREAKERS need distinct exit codes other than 1 (crash) and 2 (usage): {codes}")
+    if [entry.reason for entry in BREAKERS if entry.template is None] != ["answered"]:
+        raise ConfigurationError("every reason but 'answered' needs a final-message template")
+
+
+_check_table()

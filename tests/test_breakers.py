@@ -1,0 +1,90 @@
+"""The breakers table: one entry per finish reason, in priority order, read by check_finish, circuit_break
+and the CLI."""
+
+import pytest
+from langchain_core.messages import ToolMessage
+
+from reinloop.breakers import BREAKERS, breaker
+from reinloop.cli import EXIT_CODES
+from reinloop.nodes import check_finish, circuit_break
+from reinloop.state import FINISH_REASONS, CallCheck, act, answer
+from tests.conftest import make_context
+
+
+def test_the_table_has_one_entry_per_finish_reason_in_the_documented_priority():
+    assert sorted(entry.reason for entry in BREAKERS) == sorted(FINISH_REASONS)
+    assert [entry.reason for entry in BREAKERS] == [
+        "answered",
+        "dead_loop",
+        "error_streak",
+        "token_budget",
+        "max_iterations",
+    ]
+
+
+def test_the_cli_exit_codes_come_from_the_table():
+    assert EXIT_CODES == {"answered": 0, "max_iterations": 3, "error_streak": 4, "dead_loop": 5, "token_budget": 6}
+    assert all(EXIT_CODES[entry.reason] == entry.exit_code for entry in BREAKERS)
+
+
+def test_check_finish_picks_the_first_entry_that_trips():
+    repeated = CallCheck(
+        call_id="c1", name="add", args={}, signature="add", key="k", error_kind="repeated_call", error="x"
+    )
+    everything = {
+        "decision": act([]),
+        "checks": [repeated],
+        "consecutive_errors": 3,
+        "usage": {"model_calls": 1, "prompt_tokens": 90, "completion_tokens": 10, "total_tokens": 100},
+        "iteration": 4,
+        "iterations_left": 1,
+    }
+    ctx = make_context(error_threshold=3, run_token_budget=100)
+    under_budget = {**everything["usage"], "total_tokens": 99}
+    cases = [
+        ({"decision": answer("42")}, "answered"),
+        ({}, "dead_loop"),
+        ({"checks": []}, "error_streak"),
+        ({"checks": [], "consecutive_errors": 0}, "token_budget"),
+        ({"checks": [], "consecutive_errors": 0, "usage": under_budget}, "max_iterations"),
+        ({"checks": [], "consecutive_errors": 0, "usage": under_budget, "iterations_left": 2}, None),
+    ]
+    for changes, reason in cases:
+        assert check_finish({**everything, **changes}, ctx)["finish_reason"] == reason
+
+
+STATE = {
+    "iteration": 4,
+    "consecutive_errors": 3,
+    "usage": {"model_calls": 4, "prompt_tokens": 900, "completion_tokens": 100, "total_tokens": 1000},
+    "messages": [ToolMessage("Error: boom", tool_call_id="c1", status="error")],
+    "checks": [
+        CallCheck(
+            call_id="c1", name="add", args={}, signature='add{"a": 1}', key="k", error_kind="repeated_call", error="x"
+        )
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    ("reason", "text"),
+    [
+        ("max_iterations", "Stopped: no final answer after 4 rounds; the iteration budget is used up."),
+        ("error_streak", "Stopped: 3 errors in a row (the limit is 3). The last one: Error: boom"),
+        (
+            "dead_loop",
+            'Stopped: a dead loop. The same call was requested more than 2 times within 3 decisions: add{"a": 1}',
+        ),
+        ("token_budget", "Stopped: the run used 1000 tokens after 4 rounds (the budget is 500)."),
+    ],
+    ids=["max-iterations", "error-streak", "dead-loop", "token-budget"],
+)
+def test_circuit_break_writes_the_entry_s_template(reason, text):
+    (message,) = circuit_break({**STATE, "finish_reason": reason}, make_context(run_token_budget=500))["messages"]
+    assert message.content.startswith(text + " The state is saved")
+    assert breaker(reason).template is not None
+
+
+def test_circuit_break_refuses_an_answered_run():
+    with pytest.raises(RuntimeError, match="answered"):
+        circuit_break({**STATE, "finish_reason": "answered"}, make_context())
