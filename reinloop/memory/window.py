@@ -58,11 +58,17 @@ def truncate(text: str, max_chars: int) -> str:
 
 
 def entry_key(entry: Sequence[BaseMessage]) -> str:
-    """What makes two window entries the same memory: the content of their observations (or, for a note
-    without tool results, its text)."""
-    results = [message.text for message in entry[1:]] or [entry[0].text]
+    """What makes two window entries the same memory: the same calls (tool name and canonical arguments)
+    with the same results, or, for a note without tool calls, the same text. Equal results of different
+    calls (`add(2, 2)` and `add(1, 3)` both return 4) are different memories."""
+    head = entry[0]
+    calls = head.tool_calls if isinstance(head, AIMessage) else []
+    results = [message.text for message in entry[1:]]
+    # default=str: a hand-built message may hold arguments that are not JSON.
+    identity = [[[call["name"], call["args"]] for call in calls], results] if calls or results else head.text
+    text = json.dumps(identity, sort_keys=True, ensure_ascii=False, default=str)
     # surrogatepass: a lone surrogate (from odd tool output) must not make the hash raise.
-    return hashlib.sha1("\x1f".join(results).encode(errors="surrogatepass")).hexdigest()
+    return hashlib.sha1(text.encode(errors="surrogatepass")).hexdigest()
 
 
 def digest(entry: Sequence[BaseMessage], max_chars: int = 300) -> str:
