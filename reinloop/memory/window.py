@@ -8,10 +8,9 @@ from collections.abc import Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-__all__ = ["CUT_MARKER", "digest", "entry_key", "pairing_violations", "truncate", "window_entries"]
+from reinloop.text import truncate
 
-# What replaces the end of a text cut by `truncate`; the one marker of cut text everywhere.
-CUT_MARKER = " … [{count} more characters cut]"
+__all__ = ["digest", "entry_key", "pairing_violations", "window_entries"]
 
 
 def window_entries(messages: Sequence[BaseMessage]) -> list[list[BaseMessage]]:
@@ -43,18 +42,6 @@ def pairing_violations(messages: Sequence[BaseMessage]) -> list[str]:
                 problems.append(f"tool call {call_id!r} has {count} results")
         problems.extend(f"tool result {rid!r} answers no call" for rid in answered if rid not in calls)
     return problems
-
-
-def truncate(text: str, max_chars: int) -> str:
-    """`text` cut to its first `max_chars` characters, with a visible marker saying how much was cut.
-
-    Never longer than `text`: when the marker would not make it shorter, `text` is returned whole.
-    """
-    max_chars = max(0, max_chars)
-    if len(text) <= max_chars:
-        return text
-    cut = text[:max_chars] + CUT_MARKER.format(count=len(text) - max_chars)
-    return cut if len(cut) < len(text) else text
 
 
 def entry_key(entry: Sequence[BaseMessage]) -> str:

@@ -22,12 +22,12 @@ def check_finish(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
     if decision["kind"] == "answer":
         return {"iteration": iteration, "final_answer": decision["answer"], "finish_reason": "answered"}
     left = state.get("iterations_left")
-    left = (ctx.config.max_iterations if left is None else left) - 1
-    budget = ctx.config.run_token_budget
+    left = (ctx.settings.max_iterations if left is None else left) - 1
+    budget = ctx.settings.run_token_budget
     reason: FinishReason | None = None
     if any(check["error_kind"] == "repeated_call" for check in state.get("checks", [])):
         reason = "dead_loop"
-    elif state.get("consecutive_errors", 0) >= ctx.config.error_threshold:
+    elif state.get("consecutive_errors", 0) >= ctx.settings.error_threshold:
         reason = "error_streak"
     elif budget is not None and state.get("usage", NO_USAGE)["total_tokens"] >= budget:
         reason = "token_budget"

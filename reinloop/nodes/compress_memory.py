@@ -43,7 +43,7 @@ def compress_memory(
     config: RunnableConfig,
     store: Optional[BaseStore] = None,  # noqa: UP045 - LangGraph injects the store by this exact annotation
 ) -> dict[str, Any]:
-    settings = ctx.config
+    settings = ctx.settings
     entries = window_entries(state.get("messages", []))
     kept, dropped = _latest_of_each(entries)
     evicted = kept[: max(0, len(kept) - settings.memory_capacity)]
@@ -108,5 +108,5 @@ def _next_prompt_tokens(
     """What the next decision's prompt will cost, with room for the memories recall may add."""
     window = [message for entry in kept for message in entry]
     prompt = assemble(ctx, state["task"], window, summaries=summaries, pending=pending)
-    recall_room = ctx.config.recall_k * ctx.config.summary_max_chars // CHARS_PER_TOKEN
+    recall_room = ctx.settings.recall_k * ctx.settings.summary_max_chars // CHARS_PER_TOKEN
     return prompt_tokens(ctx, prompt) + recall_room
