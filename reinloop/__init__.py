@@ -3,7 +3,7 @@
 from reinloop.checkpoint import open_checkpointer, sqlite_checkpointer
 from reinloop.config import AgentConfig
 from reinloop.draw import draw
-from reinloop.errors import ConfigurationError, InputError, ReinloopError, ResumeError
+from reinloop.errors import ConfigurationError, InputError, InvariantError, ReinloopError, ResumeError
 from reinloop.graph import build_agent
 from reinloop.protocols import DecisionProtocol, JsonProtocol, ToolCallingProtocol
 from reinloop.resume import prepare_resume, resume
@@ -19,6 +19,7 @@ __all__ = [
     "DecisionProtocol",
     "FinishReason",
     "InputError",
+    "InvariantError",
     "JsonProtocol",
     "ReinloopError",
     "ResumeError",

@@ -20,11 +20,11 @@ __all__ = ["AgentContext"]
 class AgentContext:
     """Fixed at build time and shared by the nodes; never checkpointed."""
 
-    config: AgentConfig
+    settings: AgentConfig
     registry: ToolRegistry
     protocol: DecisionProtocol
     model: Runnable[Any, BaseMessage]  # the chat model as the protocol binds it
-    system_prompt: str  # config.system_prompt plus the protocol's instructions
+    system_prompt: str  # settings.system_prompt plus the protocol's instructions
     summarizer: Runnable[Any, BaseMessage] | None  # folds window entries into summaries; None: extractive only
     counter: TokenCounter  # the model's tokenizer, offline
     tool_tokens: int  # what the tool schemas the protocol sends beside the messages cost
@@ -32,15 +32,15 @@ class AgentContext:
     @classmethod
     def create(
         cls,
-        config: AgentConfig,
+        settings: AgentConfig,
         registry: ToolRegistry,
         protocol: DecisionProtocol,
         chat_model: Any,
         summarizer: Any = None,
     ) -> AgentContext:
         instructions = protocol.instructions(registry)
-        system_prompt = f"{config.system_prompt}\n\n{instructions}" if instructions else config.system_prompt
+        system_prompt = f"{settings.system_prompt}\n\n{instructions}" if instructions else settings.system_prompt
         counter = TokenCounter(getattr(chat_model, "model_name", None) or getattr(chat_model, "model", None))
         tool_tokens = counter.tools(protocol.tool_schemas(registry))
         bound = protocol.bind(chat_model, registry)
-        return cls(config, registry, protocol, bound, system_prompt, summarizer, counter, tool_tokens)
+        return cls(settings, registry, protocol, bound, system_prompt, summarizer, counter, tool_tokens)

@@ -6,7 +6,7 @@ data in state and observations for the model. These classes are for developers a
 
 from __future__ import annotations
 
-__all__ = ["ConfigurationError", "InputError", "ReinloopError", "ResumeError"]
+__all__ = ["ConfigurationError", "InputError", "InvariantError", "ReinloopError", "ResumeError"]
 
 
 class ReinloopError(Exception):
@@ -23,3 +23,8 @@ class ResumeError(ReinloopError):
 
 class InputError(ReinloopError, ValueError):
     """The input a run was invoked with is not a valid task: nothing was saved; invoke it again with a task."""
+
+
+class InvariantError(ReinloopError, RuntimeError):
+    """reinloop broke one of its own rules (a tool call without its result, a node reached out of turn): a bug
+    in reinloop or in a custom protocol, tool or node; report it with the traceback."""

@@ -11,7 +11,8 @@ from typing import Any, Literal
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from reinloop.context import AgentContext
-from reinloop.memory.window import truncate, window_entries
+from reinloop.memory.window import window_entries
+from reinloop.text import truncate
 
 __all__ = ["CUT_ARGS_KEY", "MEMORY_HEADER", "assemble", "fit_to_budget", "memory_note", "prompt_tokens"]
 
@@ -77,7 +78,7 @@ def fit_to_budget(
     3. What remains is sent as it is (build_agent refuses a fixed part over half the budget).
     Every cut makes the prompt strictly shorter or leaves a part alone for good, so it ends for any input.
     """
-    budget = ctx.config.context_token_budget
+    budget = ctx.settings.context_token_budget
     draft = _Draft.of(task, window, memory_note(summaries, pending, memories), correction)
     prompt, tokens = draft.measure(ctx)
     parts = sorted(draft.parts(), key=lambda part: part.size)

@@ -25,9 +25,9 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from reinloop.config import AgentConfig, ProtocolName
 from reinloop.errors import ConfigurationError
-from reinloop.memory.window import truncate
 from reinloop.state import Decision, act, answer, unparsable
 from reinloop.storable import clean_text
+from reinloop.text import truncate
 from reinloop.tools.registry import ToolRegistry
 
 __all__ = [

@@ -15,8 +15,8 @@ from langgraph.graph.message import add_messages
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from reinloop.errors import InputError
-from reinloop.memory.window import truncate
 from reinloop.storable import clean_text
+from reinloop.text import truncate
 
 __all__ = [
     "FINISH_REASONS",

@@ -24,6 +24,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import Field, PrivateAttr
 
 from reinloop.protocols import new_call_id
+from reinloop.text import truncate
 
 __all__ = [
     "RecordedCall",
@@ -102,7 +103,7 @@ class ScriptedChatModel(BaseChatModel):
         if self._position >= len(self.replies):
             raise ScriptExhaustedError(
                 f"called {count} times, but the script has only {len(self.replies)} replies; "
-                f"the last messages sent were: {[m.text[:80] for m in messages[-3:]]}"
+                f"the last messages sent were: {[truncate(m.text, 80) for m in messages[-3:]]}"
             )
         reply = self.replies[self._position]
         self._position += 1

@@ -1,6 +1,12 @@
 import pytest
+from langchain_core.messages import ToolMessage
 
-from reinloop import AgentConfig, ConfigurationError
+from reinloop import AgentConfig, ConfigurationError, ReinloopError
+from reinloop.nodes import decide
+from reinloop.nodes.decide import build_prompt
+from reinloop.tools.database import Database
+from reinloop.tools.search import LocalCorpusSearch
+from tests.conftest import make_context
 
 
 def test_defaults_match_the_seeds():
@@ -42,3 +48,27 @@ def test_config_is_frozen():
     config = AgentConfig()
     with pytest.raises(Exception, match="frozen"):
         config.max_iterations = 3
+
+
+def _blank_task():
+    decide({"task": " "}, make_context(), {})
+
+
+def _broken_window():
+    build_prompt({"task": "t", "messages": [ToolMessage("4", tool_call_id="c1")]}, make_context())
+
+
+@pytest.mark.parametrize(
+    ("raising", "kind"),
+    [
+        (lambda path: Database(path / "d.sqlite", {}), ValueError),
+        (lambda path: LocalCorpusSearch(path / "none"), ValueError),
+        (lambda path: _blank_task(), ValueError),
+        (lambda path: _broken_window(), RuntimeError),
+    ],
+    ids=["database-tables", "search-folder", "blank-task", "broken-window"],
+)
+def test_library_errors_derive_from_reinloop_error_and_keep_their_builtin_base(raising, kind, tmp_path):
+    with pytest.raises(ReinloopError) as info:
+        raising(tmp_path)
+    assert isinstance(info.value, kind)  # callers that catch the built-in class keep working

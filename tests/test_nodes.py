@@ -265,11 +265,14 @@ def test_compress_memory_evicts_whole_old_entries_beyond_capacity_as_digests():
     assert compress_memory({"task": "t", "messages": entries(2)}, make_context(memory_capacity=2), {}) == {}
 
 
-def test_compress_memory_keeps_only_the_newest_of_repeated_observations():
-    state = {"task": "t", "messages": entries(3, result=lambda i: "identical")}
-    update = compress_memory(state, make_context(memory_capacity=10), {})
-    assert [m.id for m in update["messages"]] == ["a1", "t1a", "t1b", "a0", "t0a", "t0b"]
-    assert "pending" not in update  # a repeat is dropped, not folded: its newer copy is still in the window
+def test_compress_memory_keeps_only_the_newest_of_repeated_calls_and_digests_the_rest():
+    repeated = [AIMessage("", id=f"a{i}", tool_calls=[call("add", {"a": 1, "b": 2}, f"c{i}")]) for i in range(3)]
+    messages = [
+        m for i, head in enumerate(repeated) for m in (head, ToolMessage("3", tool_call_id=f"c{i}", id=f"t{i}"))
+    ]
+    update = frozen_call(compress_memory, {"task": "t", "messages": messages}, make_context(memory_capacity=10), {})
+    assert [m.id for m in update["messages"]] == ["a1", "t1", "a0", "t0"]
+    assert update["pending"] == ['add({"a": 1, "b": 2}) -> 3'] * 2  # a dropped repeat is not forgotten
 
 
 def test_compress_memory_folds_digests_with_the_summarizer():

@@ -17,7 +17,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool
 
-from reinloop.eval.simulated import FAULT_MODEL, FaultProfile, SimulatedModel, ToolStats, faulty_tools
+from reinloop.eval.simulated import FAULT_MODEL, FaultProfile, SimulatedModel, ToolStats, faulty_tools, summarizer_of
 from reinloop.eval.tasks import SUITE, EvalTask
 from reinloop.memory.tokens import TokenCounter
 from reinloop.tools.toolset import default_toolset
@@ -100,7 +100,7 @@ def _standard_middleware(model: BaseChatModel) -> list[Any]:
         ModelCallLimitMiddleware(run_limit=BUDGET, exit_behavior="end"),
         ToolCallLimitMiddleware(run_limit=2 * BUDGET),
         ToolRetryMiddleware(max_retries=2, initial_delay=0.0, jitter=False),
-        SummarizationMiddleware(model, trigger=("tokens", 6_000)),
+        SummarizationMiddleware(summarizer_of(model), trigger=("tokens", 6_000)),
     ]
 
 
@@ -116,7 +116,9 @@ def _reinloop(profile: FaultProfile, real: Any = None) -> Runner:
         if real is not None:  # a real model: its protocol and limits, and real tool timeouts
             settings = {"max_iterations": BUDGET, "protocol": real.protocol, **real.config}
             protocol = real.decision_protocol
-        agent = build_agent(model, list(tools), config=AgentConfig(**settings), summary_model=model, protocol=protocol)
+        agent = build_agent(
+            model, list(tools), config=AgentConfig(**settings), summary_model=summarizer_of(model), protocol=protocol
+        )
         result = agent.invoke({"task": task.prompt}, config)
         return result["final_answer"], result["finish_reason"]
 

@@ -7,7 +7,7 @@ import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
@@ -21,7 +21,7 @@ from reinloop.eval.tasks import TRANSLATIONS, EvalTask
 from reinloop.memory.tokens import TokenCounter
 from reinloop.protocols import new_call_id
 
-__all__ = ["FAULT_MODEL", "FaultProfile", "SimulatedModel", "faulty_tools"]
+__all__ = ["FAULT_MODEL", "FaultProfile", "SimulatedModel", "faulty_tools", "summarizer_of"]
 
 FAULT_MODEL = """\
 Model faults: at each decision, with probability `fault_rate`, the model makes one mistake, drawn uniformly
@@ -34,8 +34,7 @@ the three, uniformly). Every draw comes from a random generator seeded by (seed,
 the same every time for a given seed."""
 
 _TRANSLATOR = "professional translator"
-# How the two summarizers in the evaluation open their requests (reinloop's, LangChain's middleware).
-_SUMMARY_OPENINGS = ("you keep the memory of an ai agent", "<role>\ncontext extraction assistant")
+_SUMMARY = "Summary: the agent worked through its plan step by step."
 
 
 @dataclass(frozen=True)
@@ -53,6 +52,10 @@ class SimulatedModel(BaseChatModel):
     task: Any
     profile: Any
     seed: int = 0
+    # Which calls this instance receives: an agent's decisions, or (a separate instance given to the agent as
+    # its summarizer) summary requests. Known by the instance, never by the request's wording, so rewording
+    # a summary prompt cannot change the benchmark.
+    role: Literal["decide", "summarize"] = "decide"
 
     _rng: random.Random = PrivateAttr()
     _counter: TokenCounter = PrivateAttr()
@@ -80,11 +83,11 @@ class SimulatedModel(BaseChatModel):
         if self.profile.latency_s:
             time.sleep(self.profile.latency_s)
         first = messages[0].text.lower() if messages else ""
-        if _TRANSLATOR in first:
+        if self.role == "summarize":
+            reply = AIMessage(_SUMMARY)
+        elif _TRANSLATOR in first:
             key = (messages[-1].text.strip().lower(), first.split("into ")[1].split(".")[0].strip().title())
             reply = AIMessage(TRANSLATIONS.get(key, messages[-1].text))
-        elif any(first.startswith(opening) for opening in _SUMMARY_OPENINGS):
-            reply = AIMessage("Summary: the agent worked through its plan step by step.")
         else:
             self.decisions += 1
             self.prompt_tokens += self._counter.messages(messages)
@@ -136,6 +139,14 @@ class SimulatedModel(BaseChatModel):
         if fault == "repeat" and previous is not None:
             return _call(previous["name"], previous["args"])
         return _call(step.tool, step.args)
+
+
+def summarizer_of(model: BaseChatModel) -> BaseChatModel:
+    """The summary model to give an agent whose model is `model`: a simulated model's summarizer twin (no
+    draws from its seeded generator, no decisions counted), or a real model itself."""
+    if isinstance(model, SimulatedModel) and model.role == "decide":
+        return SimulatedModel(task=model.task, profile=model.profile, seed=model.seed, role="summarize")
+    return model
 
 
 def _call(name: str, args: dict[str, Any]) -> AIMessage:

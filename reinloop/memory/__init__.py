@@ -10,7 +10,7 @@ from reinloop.memory.long_term import (
 )
 from reinloop.memory.summary import extractive_summary, summarize
 from reinloop.memory.tokens import TokenCounter
-from reinloop.memory.window import digest, entry_key, pairing_violations, truncate, window_entries
+from reinloop.memory.window import digest, entry_key, pairing_violations, window_entries
 
 __all__ = [
     "TokenCounter",
@@ -25,6 +25,5 @@ __all__ = [
     "remember",
     "sqlite_memory_store",
     "summarize",
-    "truncate",
     "window_entries",
 ]

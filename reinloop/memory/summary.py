@@ -13,8 +13,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.runnables import Runnable
 from langgraph.errors import GraphBubbleUp
 
-from reinloop.memory.window import truncate
 from reinloop.storable import clean_text
+from reinloop.text import truncate
 
 __all__ = ["SUMMARY_PROMPT", "Folded", "extractive_summary", "summarize"]
 

@@ -8,10 +8,9 @@ from collections.abc import Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-__all__ = ["CUT_MARKER", "digest", "entry_key", "pairing_violations", "truncate", "window_entries"]
+from reinloop.text import truncate
 
-# What replaces the end of a text cut by `truncate`; the one marker of cut text everywhere.
-CUT_MARKER = " … [{count} more characters cut]"
+__all__ = ["digest", "entry_key", "pairing_violations", "window_entries"]
 
 
 def window_entries(messages: Sequence[BaseMessage]) -> list[list[BaseMessage]]:
@@ -45,24 +44,18 @@ def pairing_violations(messages: Sequence[BaseMessage]) -> list[str]:
     return problems
 
 
-def truncate(text: str, max_chars: int) -> str:
-    """`text` cut to its first `max_chars` characters, with a visible marker saying how much was cut.
-
-    Never longer than `text`: when the marker would not make it shorter, `text` is returned whole.
-    """
-    max_chars = max(0, max_chars)
-    if len(text) <= max_chars:
-        return text
-    cut = text[:max_chars] + CUT_MARKER.format(count=len(text) - max_chars)
-    return cut if len(cut) < len(text) else text
-
-
 def entry_key(entry: Sequence[BaseMessage]) -> str:
-    """What makes two window entries the same memory: the content of their observations (or, for a note
-    without tool results, its text)."""
-    results = [message.text for message in entry[1:]] or [entry[0].text]
+    """What makes two window entries the same memory: the same calls (tool name and canonical arguments)
+    with the same results, or, for a note without tool calls, the same text. Equal results of different
+    calls (`add(2, 2)` and `add(1, 3)` both return 4) are different memories."""
+    head = entry[0]
+    calls = head.tool_calls if isinstance(head, AIMessage) else []
+    results = [message.text for message in entry[1:]]
+    # default=str: a hand-built message may hold arguments that are not JSON.
+    identity = [[[call["name"], call["args"]] for call in calls], results] if calls or results else head.text
+    text = json.dumps(identity, sort_keys=True, ensure_ascii=False, default=str)
     # surrogatepass: a lone surrogate (from odd tool output) must not make the hash raise.
-    return hashlib.sha1("\x1f".join(results).encode(errors="surrogatepass")).hexdigest()
+    return hashlib.sha1(text.encode(errors="surrogatepass")).hexdigest()
 
 
 def digest(entry: Sequence[BaseMessage], max_chars: int = 300) -> str:

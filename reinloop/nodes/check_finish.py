@@ -23,10 +23,10 @@ def check_finish(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
     left = state.get("iterations_left")
     counted: dict[str, Any] = {
         "iteration": state.get("iteration", 0) + 1,
-        "iterations_left": (ctx.config.max_iterations if left is None else left) - 1,
+        "iterations_left": (ctx.settings.max_iterations if left is None else left) - 1,
     }
     after = cast(AgentState, {**state, **counted})
-    reason = next((entry.reason for entry in BREAKERS if entry.trips(after, ctx.config)), None)
+    reason = next((entry.reason for entry in BREAKERS if entry.trips(after, ctx.settings)), None)
     if reason == "answered":
         return {"iteration": counted["iteration"], "final_answer": state["decision"]["answer"], "finish_reason": reason}
     return {**counted, "finish_reason": reason, "final_answer": None}

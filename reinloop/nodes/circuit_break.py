@@ -13,7 +13,9 @@ from langchain_core.messages import AIMessage, ToolMessage
 
 from reinloop.breakers import breaker
 from reinloop.context import AgentContext
+from reinloop.errors import InvariantError
 from reinloop.state import NO_USAGE, AgentState
+from reinloop.text import truncate
 
 __all__ = ["RESUME_ADVICE", "circuit_break"]
 
@@ -29,16 +31,16 @@ def circuit_break(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
     reason = state["finish_reason"]
     template = breaker(reason).template if reason is not None else None
     if template is None:
-        raise RuntimeError(f"circuit_break reached with finish_reason={reason!r}")
+        raise InvariantError(f"circuit_break reached with finish_reason={reason!r}")
     text = template.format(
         iteration=state.get("iteration", 0),
         tokens=state.get("usage", NO_USAGE)["total_tokens"],
-        budget=ctx.config.run_token_budget,
+        budget=ctx.settings.run_token_budget,
         errors=state.get("consecutive_errors", 0),
-        threshold=ctx.config.error_threshold,
+        threshold=ctx.settings.error_threshold,
         last_error=_last_error(state),
-        max_repeats=ctx.config.max_repeats,
-        loop_window=ctx.config.loop_window,
+        max_repeats=ctx.settings.max_repeats,
+        loop_window=ctx.settings.loop_window,
         repeated=", ".join(
             check["signature"] for check in state.get("checks", []) if check["error_kind"] == "repeated_call"
         ),
@@ -49,7 +51,7 @@ def circuit_break(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
 def _last_error(state: AgentState) -> str:
     for message in reversed(state.get("messages", [])):
         if isinstance(message, ToolMessage) and message.status == "error":
-            return message.text[:QUOTE_CHARS]
+            return truncate(message.text, QUOTE_CHARS)
         if not isinstance(message, ToolMessage) and message.text.startswith("Error:"):
-            return message.text[:QUOTE_CHARS]
+            return truncate(message.text, QUOTE_CHARS)
     return "(none recorded)"

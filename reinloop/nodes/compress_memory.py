@@ -5,7 +5,8 @@ and on a fold `summaries`, `folds`, `usage`, `last_call`, plus the summary and e
 in the long-term store.
 Window entries (a decision with its results, or a note) are kept or dropped whole, so a tool call never
 loses its result:
-1. LRU: an entry whose observations repeat those of a newer entry is dropped; the newer one stays.
+1. LRU: an entry that repeats a newer one (the same calls with the same results, or the same note) is
+   dropped, and the newer one stays; the dropped repeat leaves its one-line digest in `pending`.
 2. Entries beyond `memory_capacity`, oldest first, leave the window as one-line digests (`pending`), and so
    do more while the next prompt would exceed `context_token_budget`.
 3. Every `compress_every` digests, or at once when over budget, the digests are folded into a summary by
@@ -42,12 +43,15 @@ def compress_memory(
     config: RunnableConfig,
     store: Optional[BaseStore] = None,  # noqa: UP045 - LangGraph injects the store by this exact annotation
 ) -> dict[str, Any]:
-    settings = ctx.config
+    settings = ctx.settings
     entries = window_entries(state.get("messages", []))
     kept, dropped = _latest_of_each(entries)
     evicted = kept[: max(0, len(kept) - settings.memory_capacity)]
     kept = kept[len(evicted) :]
-    pending = [*(state.get("pending") or []), *(digest(entry) for entry in evicted)]
+    # In window order, by identity: a repeat and its newer copy may be equal lists.
+    leaving_ids = {id(entry) for entry in (*dropped, *evicted)}
+    leaving = [entry for entry in entries if id(entry) in leaving_ids]
+    pending = [*(state.get("pending") or []), *(digest(entry) for entry in leaving)]
     summaries = list(state.get("summaries") or [])
     tokens = _next_prompt_tokens(state, ctx, kept, summaries, pending)
     while tokens > settings.context_token_budget and len(kept) > 1:
@@ -104,5 +108,5 @@ def _next_prompt_tokens(
     """What the next decision's prompt will cost, with room for the memories recall may add."""
     window = [message for entry in kept for message in entry]
     prompt = assemble(ctx, state["task"], window, summaries=summaries, pending=pending)
-    recall_room = ctx.config.recall_k * ctx.config.summary_max_chars // CHARS_PER_TOKEN
+    recall_room = ctx.settings.recall_k * ctx.settings.summary_max_chars // CHARS_PER_TOKEN
     return prompt_tokens(ctx, prompt) + recall_room

@@ -22,12 +22,14 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.store.base import BaseStore
 
 from reinloop.context import AgentContext
+from reinloop.errors import InputError, InvariantError
 from reinloop.memory.long_term import memory_namespace, recall
 from reinloop.memory.usage import add_usage, call_usage
-from reinloop.memory.window import pairing_violations, truncate
+from reinloop.memory.window import pairing_violations
 from reinloop.prompt import fit_to_budget
 from reinloop.state import FRESH_BUDGETS, NO_USAGE, RAW_KEPT_CHARS, AgentState, Decision, unparsable
 from reinloop.storable import MAX_ARGS_CHARS, MAX_DEPTH, clean_text, clean_value, storage_problem
+from reinloop.text import truncate
 
 __all__ = ["UNSTORABLE_ARGS_TEMPLATE", "build_prompt", "decide"]
 
@@ -49,7 +51,7 @@ def decide(
 ) -> dict[str, Any]:
     task = state.get("task")
     if not isinstance(task, str) or not task.strip():
-        raise ValueError('the agent needs a task: invoke it with {"task": "..."}')
+        raise InputError('the agent needs a task: invoke it with {"task": "..."}')
     new_run = state.get("finish_reason") is not None
     prompt, counted = build_prompt(state, ctx, _recall(state, ctx, config, store))
     reply = ctx.model.invoke(prompt)
@@ -58,7 +60,7 @@ def decide(
     usage = NO_USAGE if new_run else state.get("usage", NO_USAGE)
     update: dict[str, Any] = {"decision": decision, "correction": None}
     if stored is not None:
-        update["messages"] = [_short_thought(stored, ctx.config.thought_max_chars)]
+        update["messages"] = [_short_thought(stored, ctx.settings.thought_max_chars)]
     if new_run:
         update.update(FRESH_BUDGETS, iteration=0)
     update["last_call"] = last_call
@@ -70,7 +72,7 @@ def build_prompt(state: AgentState, ctx: AgentContext, memories: Sequence[str] =
     """Exactly what the model is sent, cut to the context token budget if needed, and its tokens."""
     window = state.get("messages", [])
     if problems := pairing_violations(window):
-        raise RuntimeError(f"the window breaks the call/result pairing: {'; '.join(problems)}")
+        raise InvariantError(f"the window breaks the call/result pairing: {'; '.join(problems)}")
     return fit_to_budget(
         ctx,
         state["task"],
@@ -83,12 +85,12 @@ def build_prompt(state: AgentState, ctx: AgentContext, memories: Sequence[str] =
 
 
 def _recall(state: AgentState, ctx: AgentContext, config: RunnableConfig, store: BaseStore | None) -> list[str]:
-    if store is None or ctx.config.recall_k <= 0:
+    if store is None or ctx.settings.recall_k <= 0:
         return []
     latest = next((m.text for m in reversed(state.get("messages", [])) if isinstance(m, ToolMessage)), "")
     queries = [state["task"], latest[:RECALL_QUERY_CHARS]]
-    memories = recall(store, memory_namespace(config), queries, ctx.config.recall_k)
-    return [truncate(text, ctx.config.summary_max_chars) for text in memories]
+    memories = recall(store, memory_namespace(config), queries, ctx.settings.recall_k)
+    return [truncate(text, ctx.settings.summary_max_chars) for text in memories]
 
 
 def _short_thought(message: AIMessage, max_chars: int) -> AIMessage:

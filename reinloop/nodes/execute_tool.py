@@ -24,9 +24,9 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import patch_config
 
 from reinloop.context import AgentContext
-from reinloop.memory.window import truncate
 from reinloop.state import CallCheck, ErrorKind, InDoubtCall, ToolOutcome
 from reinloop.storable import clean_text
+from reinloop.text import truncate
 from reinloop.tools.effects import IDEMPOTENCY_KEY
 from reinloop.tools.execution import run_tool
 
@@ -66,10 +66,10 @@ def execute_tool(check: CallCheck, ctx: AgentContext, config: RunnableConfig) ->
         update = _outcome(check, UNKNOWN_OUTCOME_TEMPLATE.format(name=name), "unknown_outcome")
         return {**update, "in_doubt": [doubt]}
     config = patch_config(config, configurable={IDEMPOTENCY_KEY: check["key"]})
-    timeout = entry.timeout_s or ctx.config.tool_timeout_s
+    timeout = entry.timeout_s or ctx.settings.tool_timeout_s
     run = run_tool(entry, check["args"], timeout, config)
     # The one cut of tool output; reinloop's own feedback around it is kept whole.
-    text = clean_text(truncate(run.text, ctx.config.observation_max_chars))
+    text = clean_text(truncate(run.text, ctx.settings.observation_max_chars))
     if run.error_kind is None:
         content = text
     elif run.error_kind == "timeout":

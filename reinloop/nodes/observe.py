@@ -13,6 +13,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
 
 from reinloop.context import AgentContext
+from reinloop.errors import InvariantError
 from reinloop.state import AgentState
 
 __all__ = ["PARSE_FAILED_TEMPLATE", "observe"]
@@ -33,7 +34,7 @@ def observe(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
         if check["error_kind"] is None:
             outcome = outcomes.get(call_id)
             if outcome is None:
-                raise RuntimeError(f"tool call {call_id!r} ({check['name']!r}) was validated but has no outcome")
+                raise InvariantError(f"tool call {call_id!r} ({check['name']!r}) was validated but has no outcome")
             content, error_kind = outcome["content"], outcome["error_kind"]
         else:
             content, error_kind = check["error"] or "", check["error_kind"]

@@ -18,8 +18,8 @@ from langgraph.types import Overwrite
 from pydantic import ValidationError
 
 from reinloop.context import AgentContext
-from reinloop.memory.window import truncate
 from reinloop.state import AgentState, CallCheck, Decision, ErrorKind
+from reinloop.text import truncate
 from reinloop.tools.effects import call_key
 from reinloop.tools.registry import RegisteredTool
 
@@ -51,7 +51,7 @@ def validate_args(state: AgentState, ctx: AgentContext, config: RunnableConfig) 
     update: dict[str, Any] = {"tool_results": Overwrite([]), "checks": [], "correction": None}
     if decision["kind"] == "unparsable":
         retries = state.get("parse_retries", 0)
-        if retries < ctx.config.max_parse_retries:
+        if retries < ctx.settings.max_parse_retries:
             update["parse_retries"] = retries + 1
             update["correction"] = _correction(decision, ctx)
         else:
@@ -81,14 +81,14 @@ def _correction(decision: Decision, ctx: AgentContext) -> str:
 def _check_calls(
     decision: Decision, recent_calls: list[list[str]], ctx: AgentContext
 ) -> tuple[list[CallCheck], list[list[str]]]:
-    window = ctx.config.loop_window
+    window = ctx.settings.loop_window
     earlier = recent_calls[len(recent_calls) - (window - 1) :] if window > 1 else []
     seen = Counter(signature for calls in earlier for signature in calls)
     checks: list[CallCheck] = []
     for call in decision["calls"]:
         check = _check_call(call, ctx)
         seen[check["signature"]] += 1
-        if seen[check["signature"]] > ctx.config.max_repeats:
+        if seen[check["signature"]] > ctx.settings.max_repeats:
             message = REPEATED_CALL_TEMPLATE.format(name=check["name"], count=seen[check["signature"]], window=window)
             check = {**check, "error_kind": "repeated_call", "error": message}
         checks.append(check)

@@ -19,6 +19,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, ToolException
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from reinloop.errors import ConfigurationError
 from reinloop.tools.effects import EffectLedger, idempotency_key
 
 __all__ = ["DEFAULT_TABLES", "Database", "DbInsertTool", "DbQueryTool"]
@@ -44,15 +45,17 @@ class Database:
 
     def __init__(self, path: str | Path, tables: Mapping[str, Sequence[str]] = DEFAULT_TABLES) -> None:
         if not tables:
-            raise ValueError("declare at least one table")
+            raise ConfigurationError("declare at least one table")
         for table, columns in tables.items():
             bad = [name for name in (table, *columns) if not _IDENTIFIER.match(name)]
             if bad or not columns:
-                raise ValueError(f"table {table!r}: names must be identifiers and columns non-empty, bad: {bad}")
+                raise ConfigurationError(
+                    f"table {table!r}: names must be identifiers and columns non-empty, bad: {bad}"
+                )
             if {"id", "created_at"} & set(columns):
-                raise ValueError(f"table {table!r}: 'id' and 'created_at' are added automatically")
+                raise ConfigurationError(f"table {table!r}: 'id' and 'created_at' are added automatically")
         if EffectLedger.TABLE in tables:
-            raise ValueError(f"the table name {EffectLedger.TABLE!r} is reserved by reinloop")
+            raise ConfigurationError(f"the table name {EffectLedger.TABLE!r} is reserved by reinloop")
         self.path = Path(path)
         self.tables = {table: tuple(columns) for table, columns in tables.items()}
         self.path.parent.mkdir(parents=True, exist_ok=True)

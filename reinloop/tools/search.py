@@ -18,6 +18,8 @@ from typing import Any, Protocol
 from langchain_core.tools import BaseTool, ToolException
 from pydantic import BaseModel, Field
 
+from reinloop.errors import ConfigurationError
+
 __all__ = ["BUNDLED_CORPUS", "LocalCorpusSearch", "SearchBackend", "SearchHit", "WebSearchTool"]
 
 MAX_QUERY_CHARS = 50  # the seeds' limit: short keyword queries search best
@@ -57,7 +59,7 @@ class LocalCorpusSearch:
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(str(folder))
         if not self.folder.is_dir():
-            raise ValueError(f"search corpus folder {str(self.folder)!r} does not exist")
+            raise ConfigurationError(f"search corpus folder {str(self.folder)!r} does not exist")
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._fingerprint: tuple[tuple[str, float, int], ...] = ()

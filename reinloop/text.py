@@ -1,0 +1,21 @@
+"""Cutting text to length: the one helper and the one marker of cut text, for everything reinloop shows a
+model or a person (prompts, observations, digests, summaries, feedback, final messages)."""
+
+from __future__ import annotations
+
+__all__ = ["CUT_MARKER", "truncate"]
+
+# What replaces the end of a text cut by `truncate`; the one marker of cut text everywhere.
+CUT_MARKER = " … [{count} more characters cut]"
+
+
+def truncate(text: str, max_chars: int) -> str:
+    """`text` cut to its first `max_chars` characters, with a visible marker saying how much was cut.
+
+    Never longer than `text`: when the marker would not make it shorter, `text` is returned whole.
+    """
+    max_chars = max(0, max_chars)
+    if len(text) <= max_chars:
+        return text
+    cut = text[:max_chars] + CUT_MARKER.format(count=len(text) - max_chars)
+    return cut if len(cut) < len(text) else text
