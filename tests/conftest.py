@@ -13,7 +13,7 @@ import pytest
 from langchain_core.tools import ToolException, tool
 from langgraph.checkpoint.memory import InMemorySaver
 
-from reinloop import AgentConfig, build_agent
+from reinloop import AgentConfig, build_agent, sqlite_checkpointer
 from reinloop.context import AgentContext
 from reinloop.protocols import get_protocol
 from reinloop.testing import ScriptedChatModel
@@ -88,6 +88,17 @@ def make_context(tools=(add, lookup, explode), model=None, summarizer=None, **co
     cfg = AgentConfig(**config)
     registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
     return AgentContext.create(cfg, registry, get_protocol(cfg.protocol), model or ScriptedChatModel(), summarizer)
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def saver(request, tmp_path):
+    """A checkpointer in memory, then one on a SQLite file."""
+    if request.param == "memory":
+        yield InMemorySaver()
+        return
+    saver = sqlite_checkpointer(tmp_path / "db.sqlite")
+    yield saver
+    saver.conn.close()
 
 
 @pytest.fixture(scope="session")

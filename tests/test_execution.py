@@ -18,11 +18,10 @@ from typing import Any, Literal
 import pytest
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool, ToolException, tool
-from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import GraphInterrupt
 from pydantic import BaseModel, Field
 
-from reinloop import AgentConfig, ConfigurationError, build_agent, idempotency_key, sqlite_checkpointer
+from reinloop import AgentConfig, ConfigurationError, build_agent, idempotency_key
 from reinloop.nodes import execute_tool
 from reinloop.state import CallCheck
 from reinloop.testing import ScriptedChatModel, parallel_calls
@@ -403,16 +402,6 @@ def test_policy_mistakes_are_configuration_errors(tool_obj, kwargs, message):
 
 
 # End to end ----------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def saver(request, tmp_path):
-    if request.param == "memory":
-        yield InMemorySaver()
-        return
-    saver = sqlite_checkpointer(tmp_path / "db.sqlite")
-    yield saver
-    saver.conn.close()
 
 
 def stored_bytes(saver, thread) -> int:

@@ -9,9 +9,8 @@ import json
 
 import pytest
 from langchain_core.messages import AIMessage, ToolMessage
-from langgraph.checkpoint.memory import InMemorySaver
 
-from reinloop import AgentConfig, build_agent, sqlite_checkpointer
+from reinloop import AgentConfig, build_agent
 from reinloop.state import RAW_KEPT_CHARS
 from reinloop.storable import MAX_ARGS_CHARS, REPLACEMENT
 from reinloop.testing import ScriptedChatModel, json_action, tool_call
@@ -23,16 +22,6 @@ def nested(depth: int):
     for _ in range(depth):
         value = [value]
     return value
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def saver(request, tmp_path):
-    if request.param == "memory":
-        yield InMemorySaver()
-        return
-    saver = sqlite_checkpointer(tmp_path / "db.sqlite")
-    yield saver
-    saver.conn.close()
 
 
 def reply_with(protocol: str, name: str, args: dict, thought: str = "") -> AIMessage | str:
