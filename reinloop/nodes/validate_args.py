@@ -59,13 +59,11 @@ def validate_args(state: AgentState, ctx: AgentContext, config: RunnableConfig) 
         return update
     update["parse_retries"] = 0
     if decision["kind"] == "act":
-        checks, recent_calls = _check_calls(decision, state.get("recent_calls") or [], ctx)
         seen = state.get("calls_seen", 0)
         thread_id = (config.get("configurable") or {}).get("thread_id")
-        update["checks"] = [
-            {**check, "key": call_key(thread_id, seen + number, check["call_id"])}
-            for number, check in enumerate(checks, start=1)
-        ]
+        keys = [call_key(thread_id, seen + number, call["id"]) for number, call in enumerate(decision["calls"], 1)]
+        checks, recent_calls = _check_calls(decision, keys, state.get("recent_calls") or [], ctx)
+        update["checks"] = checks
         update["calls_seen"] = seen + len(checks)
         update["recent_calls"] = recent_calls
     return update
@@ -79,14 +77,14 @@ def _correction(decision: Decision, ctx: AgentContext) -> str:
 
 
 def _check_calls(
-    decision: Decision, recent_calls: list[list[str]], ctx: AgentContext
+    decision: Decision, keys: list[str], recent_calls: list[list[str]], ctx: AgentContext
 ) -> tuple[list[CallCheck], list[list[str]]]:
     window = ctx.settings.loop_window
     earlier = recent_calls[len(recent_calls) - (window - 1) :] if window > 1 else []
     seen = Counter(signature for calls in earlier for signature in calls)
     checks: list[CallCheck] = []
-    for call in decision["calls"]:
-        check = _check_call(call, ctx)
+    for call, key in zip(decision["calls"], keys, strict=True):
+        check = _check_call(call, key, ctx)
         seen[check["signature"]] += 1
         if seen[check["signature"]] > ctx.settings.max_repeats:
             message = REPEATED_CALL_TEMPLATE.format(name=check["name"], count=seen[check["signature"]], window=window)
@@ -95,25 +93,25 @@ def _check_calls(
     return checks, [*earlier, [check["signature"] for check in checks]]
 
 
-def _check_call(call: dict[str, Any], ctx: AgentContext) -> CallCheck:
+def _check_call(call: dict[str, Any], key: str, ctx: AgentContext) -> CallCheck:
     name, args, call_id = call["name"], call.get("args") or {}, call["id"]
     entry = ctx.registry.get(name)
     if entry is None:
         available = ", ".join(ctx.registry.names)
         error = UNKNOWN_TOOL_TEMPLATE.format(name=name, available=available)
-        return _check(call_id, name, args, _signature(name, args), "unknown_tool", error)
+        return _check(call_id, name, args, _signature(name, args), key, "unknown_tool", error)
     problems, canonical = _validate(entry, args)
     if problems:
         error = INVALID_ARGS_TEMPLATE.format(name=name, problems="; ".join(problems), schema=_schema_hint(entry))
-        return _check(call_id, name, args, _signature(name, args), "invalid_args", error)
-    return _check(call_id, name, args, _signature(name, canonical), None, None)
+        return _check(call_id, name, args, _signature(name, args), key, "invalid_args", error)
+    return _check(call_id, name, args, _signature(name, canonical), key, None, None)
 
 
 def _check(
-    call_id: str, name: str, args: Any, signature: str, error_kind: ErrorKind | None, error: str | None
+    call_id: str, name: str, args: Any, signature: str, key: str, error_kind: ErrorKind | None, error: str | None
 ) -> CallCheck:
     return CallCheck(
-        call_id=call_id, name=name, args=args, signature=signature, key="", error_kind=error_kind, error=error
+        call_id=call_id, name=name, args=args, signature=signature, key=key, error_kind=error_kind, error=error
     )
 
 
