@@ -212,48 +212,74 @@ def extract_json_object(text: str) -> dict[str, Any]:
     stripped = text.strip()
     if not stripped:
         raise ValueError("the reply is empty")
-    candidates: list[str] = [stripped]
-    candidates += [m.group(1).strip() for m in _FENCE.finditer(text)]
-    found: list[dict[str, Any]] = []
-    first_error: str | None = None
-    too_deep = False
+    search = _ObjectSearch()
+    candidates = [stripped, *(m.group(1).strip() for m in _FENCE.finditer(text))]
     for candidate in candidates:
-        try:
-            obj = json.loads(candidate)
-        except json.JSONDecodeError as exc:
-            first_error = first_error or f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-            continue
-        except RecursionError:
-            too_deep = True
-            continue
-        if isinstance(obj, dict):
-            if "action" in obj:
-                return obj
-            found.append(obj)
+        if (obj := search.whole(candidate)) is not None:
+            return obj
     decoder = json.JSONDecoder()
     start = text.find("{")
     tried = 0
     while start != -1 and tried < MAX_JSON_CANDIDATES:
         tried += 1
+        if (obj := search.prefix(decoder, text, start)) is not None:
+            return obj
+        start = text.find("{", start + 1)
+    return search.result("{" in text)
+
+
+class _ObjectSearch:
+    """What `extract_json_object` has found so far: objects without "action", and the first error."""
+
+    def __init__(self) -> None:
+        self.found: list[dict[str, Any]] = []
+        self.first_error: str | None = None
+        self.too_deep = False
+
+    def whole(self, candidate: str) -> dict[str, Any] | None:
+        """`candidate` as one JSON document: the object if it has an "action" key, else None."""
+        try:
+            obj = json.loads(candidate)
+        except json.JSONDecodeError as exc:
+            self._error(f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
+            return None
+        except RecursionError:
+            self.too_deep = True
+            return None
+        return self._keep(obj)
+
+    def prefix(self, decoder: json.JSONDecoder, text: str, start: int) -> dict[str, Any] | None:
+        """The JSON value that starts at `start` in `text`: the object if it has an "action" key, else None."""
         try:
             obj, _ = decoder.raw_decode(text, start)
         except json.JSONDecodeError as exc:
-            first_error = first_error or f"invalid JSON: {exc.msg} at position {exc.pos}"
+            self._error(f"invalid JSON: {exc.msg} at position {exc.pos}")
+            return None
         except RecursionError:
-            too_deep = True
-        else:
-            if isinstance(obj, dict):
-                if "action" in obj:
-                    return obj
-                found.append(obj)
-        start = text.find("{", start + 1)
-    if found:
-        return found[0]
-    if too_deep:
-        raise ValueError(NESTED_TOO_DEEPLY)
-    if "{" not in text:
-        raise ValueError("the reply contains no JSON object")
-    raise ValueError(first_error or "no JSON object could be read from the reply")
+            self.too_deep = True
+            return None
+        return self._keep(obj)
+
+    def result(self, has_brace: bool) -> dict[str, Any]:
+        """The first object found without an "action" key, or ValueError saying why there is none."""
+        if self.found:
+            return self.found[0]
+        if self.too_deep:
+            raise ValueError(NESTED_TOO_DEEPLY)
+        if not has_brace:
+            raise ValueError("the reply contains no JSON object")
+        raise ValueError(self.first_error or "no JSON object could be read from the reply")
+
+    def _error(self, message: str) -> None:
+        self.first_error = self.first_error or message
+
+    def _keep(self, obj: object) -> dict[str, Any] | None:
+        if not isinstance(obj, dict):
+            return None
+        if "action" in obj:
+            return obj
+        self.found.append(obj)
+        return None
 
 
 def _decision_from_object(obj: dict[str, Any], registry: ToolRegistry) -> Decision:
