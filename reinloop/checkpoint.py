@@ -8,6 +8,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -48,7 +49,7 @@ def sqlite_checkpointer(path: str | Path) -> SqliteSaver:
 
 
 @contextlib.contextmanager
-def open_checkpointer(db: str | Path) -> Iterator[BaseCheckpointSaver]:
+def open_checkpointer(db: str | Path) -> Iterator[BaseCheckpointSaver[Any]]:
     """A checkpointer on a SQLite file path or a ``postgresql://`` URL, set up, and closed afterwards.
 
     PostgreSQL needs the `postgres` extra (``pip install 'reinloop[postgres]'``).
@@ -61,9 +62,9 @@ def open_checkpointer(db: str | Path) -> Iterator[BaseCheckpointSaver]:
             raise ConfigurationError(
                 "a PostgreSQL checkpointer needs the postgres extra: pip install 'reinloop[postgres]'"
             ) from None
-        with PostgresSaver.from_conn_string(text) as saver:
-            saver.setup()
-            yield saver
+        with PostgresSaver.from_conn_string(text) as postgres:
+            postgres.setup()
+            yield postgres
         return
     saver = sqlite_checkpointer(db)
     try:
@@ -86,7 +87,7 @@ def database_label(db: str | Path) -> str:
     return url._replace(netloc=f"{user.partition(':')[0]}:***@{host}").geturl()
 
 
-def check_checkpointer(saver: BaseCheckpointSaver) -> None:
+def check_checkpointer(saver: BaseCheckpointSaver[Any]) -> None:
     """Refuse a checkpointer that would silently lose steps.
 
     LangGraph saves checkpoints from a background thread. A `SqliteSaver` on a connection opened with

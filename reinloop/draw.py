@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from langgraph.graph.state import CompiledStateGraph
 
@@ -14,7 +14,9 @@ __all__ = ["DrawFormat", "draw"]
 DrawFormat = Literal["mermaid", "ascii", "png", "svg", "dot"]
 
 
-def draw(agent: CompiledStateGraph, format: DrawFormat = "mermaid", path: str | Path | None = None) -> str | bytes:
+def draw(
+    agent: CompiledStateGraph[Any, Any, Any, Any], format: DrawFormat = "mermaid", path: str | Path | None = None
+) -> str | bytes:
     """The agent's graph as text (mermaid, ascii, dot) or image bytes (png, svg); written to `path` if given.
 
     Nothing is sent over the network: mermaid is text to render where you like, PNG and SVG come from the
@@ -39,7 +41,7 @@ def draw(agent: CompiledStateGraph, format: DrawFormat = "mermaid", path: str | 
     return result
 
 
-def _graphviz(agent: CompiledStateGraph, format: str) -> str | bytes:
+def _graphviz(agent: CompiledStateGraph[Any, Any, Any, Any], format: str) -> str | bytes:
     import graphviz
 
     graph = agent.get_graph()
@@ -50,9 +52,11 @@ def _graphviz(agent: CompiledStateGraph, format: str) -> str | bytes:
     for edge in graph.edges:
         dot.edge(edge.source, edge.target, style="dashed" if edge.conditional else "solid")
     if format == "dot":
-        return dot.source
+        source: str = dot.source
+        return source
     try:
-        return dot.pipe(format=format)
+        image: bytes = dot.pipe(format=format)
+        return image
     except graphviz.ExecutableNotFound:
         raise ConfigurationError(
             f"drawing {format.upper()} needs Graphviz's `dot` program: install it (apt-get install graphviz, "

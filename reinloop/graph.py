@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from functools import partial
-from typing import Any, Final, Literal, get_args
+from typing import Any, Final, Literal, TypeAlias, get_args
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableConfig
@@ -45,6 +45,11 @@ from reinloop.protocols import DecisionProtocol, get_protocol
 from reinloop.state import AgentInput, AgentState, read_input
 from reinloop.tools.registry import ToolRegistry
 
+_AgentGraph: TypeAlias = StateGraph[AgentState, None, Any, AgentState]
+CompiledAgent: TypeAlias = CompiledStateGraph[AgentState, None, Any, AgentState]
+"""What `build_agent` returns: a compiled LangGraph graph over `AgentState`, invoked with an `AgentInput` or
+its dict (``{"task": ...}``)."""
+
 __all__ = [
     "CHECK_FINISH",
     "CIRCUIT_BREAK",
@@ -53,6 +58,7 @@ __all__ = [
     "EXECUTE_TOOL",
     "OBSERVE",
     "VALIDATE_ARGS",
+    "CompiledAgent",
     "NodeName",
     "agent_topology",
     "build_agent",
@@ -106,7 +112,7 @@ def route_after_check_finish(state: AgentState) -> AfterCheckFinish:
     reason = state.get("finish_reason")
     # 1. Answered: done.
     if reason == "answered":
-        return END
+        return "__end__"  # END
     # 2. A breaker tripped: end gracefully, resumably (circuit-break edge).
     if reason is not None:
         return CIRCUIT_BREAK
@@ -119,12 +125,12 @@ def build_agent(
     tools: Sequence[BaseTool | Callable[..., Any]] | ToolRegistry,
     *,
     config: AgentConfig | None = None,
-    checkpointer: BaseCheckpointSaver | None = None,
+    checkpointer: BaseCheckpointSaver[Any] | None = None,
     store: BaseStore | None = None,
     protocol: DecisionProtocol | None = None,
     summary_model: BaseChatModel | str | None = None,
     name: str = "reinloop",
-) -> CompiledStateGraph:
+) -> CompiledAgent:
     """The agent loop as a compiled LangGraph graph. Invoke it with ``{"task": "..."}``.
 
     `model` is a LangChain chat model or a model string (``"openai:gpt-4o-mini"``); `tools` are LangChain
@@ -162,7 +168,7 @@ def build_agent(
     return compiled.with_config(configurable={CONFIG_KEY_DURABILITY: config.durability})
 
 
-def agent_topology(checkpointer: BaseCheckpointSaver | None = None, *, name: str = "reinloop") -> CompiledStateGraph:
+def agent_topology(checkpointer: BaseCheckpointSaver[Any] | None = None, *, name: str = "reinloop") -> CompiledAgent:
     """The agent's graph with no model or tools behind its nodes: for drawing it, and for reading saved
     threads on `checkpointer` (``get_state``, ``get_state_history``) without building an agent. It cannot
     run: every node raises; `build_agent` makes the agent that runs.
@@ -172,7 +178,7 @@ def agent_topology(checkpointer: BaseCheckpointSaver | None = None, *, name: str
     )
 
 
-def _diagram(bind: Callable[[Callable[..., Any]], Any], model_retry: RetryPolicy | None) -> StateGraph:
+def _diagram(bind: Callable[[Callable[..., Any]], Any], model_retry: RetryPolicy | None) -> _AgentGraph:
     """The nodes and edges of the diagram above, each node's function given by `bind`."""
     graph = StateGraph(AgentState, input_schema=AgentInput)
     graph.add_node(DECIDE, bind(decide), retry_policy=model_retry)
@@ -199,7 +205,7 @@ def _cannot_run(node: str, *args: Any, **kwargs: Any) -> Any:
                              "build the agent with build_agent()")  # fmt: skip
 
 
-class _Agent(CompiledStateGraph):
+class _Agent(CompiledStateGraph[AgentState, None, Any, AgentState]):
     """The compiled agent: LangGraph's graph, with its input checked before LangGraph saves it.
 
     LangGraph neither validates a graph's input against its input schema nor waits for the first node to
@@ -209,7 +215,7 @@ class _Agent(CompiledStateGraph):
     """
 
     @classmethod
-    def of(cls, graph: CompiledStateGraph) -> _Agent:
+    def of(cls, graph: CompiledAgent) -> _Agent:
         # As LangGraph's own `copy` rebuilds a compiled graph (and `with_config` keeps this class).
         return cls(**{key: value for key, value in graph.__dict__.items() if key != "__orig_class__"})
 

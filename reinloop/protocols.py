@@ -22,6 +22,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
+from typing_extensions import TypeIs
 
 from reinloop.config import AgentConfig, ProtocolName
 from reinloop.errors import ConfigurationError
@@ -315,7 +316,7 @@ def _json_text(value: Any) -> str:
         raise ValueError(NESTED_TOO_DEEPLY) from None
 
 
-def _usable_call_id(call_id: Any) -> bool:
+def _usable_call_id(call_id: object) -> TypeIs[str]:
     return isinstance(call_id, str) and 0 < len(call_id) <= MAX_CALL_ID_CHARS and clean_text(call_id) == call_id
 
 

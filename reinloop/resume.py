@@ -6,10 +6,9 @@ from typing import Any
 
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig
-from langgraph.graph.state import CompiledStateGraph
 
 from reinloop.errors import ConfigurationError, ResumeError
-from reinloop.graph import CHECK_FINISH, recursion_limit
+from reinloop.graph import CHECK_FINISH, CompiledAgent, recursion_limit
 from reinloop.state import FRESH_BUDGETS
 
 __all__ = ["HINT_TEMPLATE", "prepare_resume", "resume"]
@@ -18,7 +17,7 @@ HINT_TEMPLATE = "Hint from the operator, who resumed this run after it stopped: 
 
 
 def resume(
-    agent: CompiledStateGraph,
+    agent: CompiledAgent,
     config: RunnableConfig,
     *,
     extra_iterations: int | None = None,
@@ -26,13 +25,14 @@ def resume(
     **invoke_kwargs: Any,
 ) -> dict[str, Any]:
     """Continue the thread in `config` and return its final state (see `prepare_resume`)."""
-    return agent.invoke(
+    final: dict[str, Any] = agent.invoke(
         None, prepare_resume(agent, config, extra_iterations=extra_iterations, hint=hint), **invoke_kwargs
     )
+    return final
 
 
 def prepare_resume(
-    agent: CompiledStateGraph,
+    agent: CompiledAgent,
     config: RunnableConfig,
     *,
     extra_iterations: int | None = None,
@@ -81,8 +81,8 @@ def prepare_resume(
     )
 
 
-def _covering(config: RunnableConfig, agent: CompiledStateGraph, rounds: int | None) -> RunnableConfig:
+def _covering(config: RunnableConfig, agent: CompiledAgent, rounds: int | None) -> RunnableConfig:
     """`config` with a recursion limit that lets `rounds` more rounds run (None: the agent's own budget)."""
     if rounds is None or "recursion_limit" in config:
         return config
-    return {**config, "recursion_limit": max(recursion_limit(rounds), agent.config.get("recursion_limit", 0))}
+    return {**config, "recursion_limit": max(recursion_limit(rounds), (agent.config or {}).get("recursion_limit", 0))}

@@ -105,7 +105,7 @@ class ScriptedChatModel(BaseChatModel):
                 f"called {count} times, but the script has only {len(self.replies)} replies; "
                 f"the last messages sent were: {[truncate(m.text, 80) for m in messages[-3:]]}"
             )
-        reply = self.replies[self._position]
+        reply: AIMessage | str | Exception = self.replies[self._position]
         self._position += 1
         return reply
 

@@ -43,7 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     errors = Console(stderr=True, highlight=False)
     error = ("error:", "bold red")
     try:
-        return args.handler(args, console)
+        code: int = args.handler(args, console)
+        return code
     except (CommandError, ReinloopError) as exc:
         errors.print(Text.assemble(error, f" {exc}"), soft_wrap=True)
         return USAGE_ERROR

@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
 from rich.console import Console
 
 from reinloop.checkpoint import database_label, is_postgres_url, open_checkpointer
@@ -73,20 +74,22 @@ def _given(args: argparse.Namespace) -> dict[str, Any]:
     return {"model": args.model, "base_url": args.base_url, "workspace": workspace, "protocol": args.protocol}
 
 
-def _stream(agent: Any, payload: Any, config: dict, console: Console, quiet: bool) -> dict:
+def _stream(agent: Any, payload: Any, config: RunnableConfig, console: Console, quiet: bool) -> dict[str, Any]:
     printer = display.StepPrinter(console, quiet)
     for update in agent.stream(payload, config, stream_mode="updates"):
         for node, values in update.items():
             printer.update(node, values or {})
-    return agent.get_state({"configurable": {"thread_id": config["configurable"]["thread_id"]}}).values
+    thread = (config.get("configurable") or {})["thread_id"]
+    final: dict[str, Any] = agent.get_state({"configurable": {"thread_id": thread}}).values
+    return final
 
 
-def _finish(values: dict, thread: str, console: Console, quiet: bool) -> int:
+def _finish(values: dict[str, Any], thread: str, console: Console, quiet: bool) -> int:
     display.final_report(console, values, thread, quiet)
     return EXIT_CODES.get(values.get("finish_reason") or "", 1)
 
 
-def _run_config(thread: str, settings: dict) -> dict:
+def _run_config(thread: str, settings: dict[str, Any]) -> RunnableConfig:
     metadata = {f"reinloop_{key}": value for key, value in settings.items() if isinstance(value, str)}
     return {"configurable": {"thread_id": thread}, "metadata": metadata}
 
@@ -128,7 +131,7 @@ def _data_folder() -> Path:
 
 
 @contextmanager
-def _agent(args: argparse.Namespace, settings: dict, db: _Database) -> Iterator[tuple[Any, dict]]:
+def _agent(args: argparse.Namespace, settings: dict[str, Any], db: _Database) -> Iterator[tuple[Any, dict[str, Any]]]:
     from reinloop import AgentConfig, build_agent, default_toolset
     from reinloop.models import model_from_settings
 
@@ -163,7 +166,7 @@ def history(args: argparse.Namespace, console: Console) -> int:
     from reinloop.graph import agent_topology
 
     with _database(args.db, must_exist=True) as db:
-        config = {"configurable": {"thread_id": args.thread}}
+        config: RunnableConfig = {"configurable": {"thread_id": args.thread}}
         snapshots = list(agent_topology(db.saver).get_state_history(config))
         if not snapshots:
             raise CommandError(f"unknown thread {args.thread!r} in {db.location}")

@@ -60,7 +60,7 @@ class StepPrinter:
         self.console, self.quiet = console, quiet
         self.counters: dict[str, Any] = {}  # the latest value each node wrote, for the round line
 
-    def update(self, node: str, values: dict) -> None:
+    def update(self, node: str, values: dict[str, Any]) -> None:
         self.counters.update(
             {key: values[key] for key in ("consecutive_errors", "iterations_left", "usage") if key in values}
         )
@@ -93,7 +93,7 @@ class StepPrinter:
             self.console.print(Text.assemble(label, f" {_short(message.text)}"))
 
 
-def final_report(console: Console, values: dict, thread: str, quiet: bool) -> None:
+def final_report(console: Console, values: dict[str, Any], thread: str, quiet: bool) -> None:
     """The final answer, or why the run stopped and how to continue it; with counters unless `quiet`."""
     reason = values.get("finish_reason")
     if quiet:
@@ -163,7 +163,7 @@ def thread_state(console: Console, thread: str, snapshot: StateSnapshot) -> None
         console.print(Text.assemble("  ", (label, "cyan"), f" {_short(text)}"), soft_wrap=True)
 
 
-def state_json(console: Console, values: dict) -> None:
+def state_json(console: Console, values: dict[str, Any]) -> None:
     console.print_json(json.dumps(_plain(values), default=str))
 
 

@@ -43,7 +43,8 @@ def run_benchmark(
     `progress(done, total, agent, task)` is called after each run.
     """
     with ExitStack() as stack:
-        real, agents = None, AGENTS
+        real = None
+        agents: tuple[str, ...] = AGENTS
         if model or base_url or local:
             from reinloop.models import LOCAL, model_from_settings
 

@@ -15,6 +15,7 @@ from typing import Any
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 
 from reinloop.eval.simulated import FAULT_MODEL, FaultProfile, SimulatedModel, ToolStats, faulty_tools, summarizer_of
@@ -49,11 +50,11 @@ class RunRecord:
 # the four agents ------------------------------------------------------------------------------------------
 
 
-Runner = Callable[[BaseChatModel, Sequence[BaseTool], EvalTask, dict[str, Any]], tuple[str | None, str]]
+Runner = Callable[[BaseChatModel, Sequence[BaseTool], EvalTask, RunnableConfig], tuple[str | None, str]]
 
 
 def _naive(
-    model: BaseChatModel, tools: Sequence[BaseTool], task: EvalTask, config: dict[str, Any]
+    model: BaseChatModel, tools: Sequence[BaseTool], task: EvalTask, config: RunnableConfig
 ) -> tuple[str | None, str]:
     """The seeds' starting point: call the model, run what it asks, no validation, no feedback, no breaker."""
     by_name = {tool.name: tool for tool in tools}
@@ -62,7 +63,7 @@ def _naive(
         reply = model.invoke(messages, config)
         messages.append(reply)
         if reply.invalid_tool_calls:
-            json.loads(reply.invalid_tool_calls[0]["args"])  # parses the arguments itself: crashes on bad JSON
+            json.loads(reply.invalid_tool_calls[0]["args"] or "")  # parses the arguments itself: crashes on bad JSON
         if not reply.tool_calls:
             return reply.text, "answered"
         for call in reply.tool_calls:
@@ -73,12 +74,12 @@ def _naive(
 
 def _create_agent(middleware: Callable[[BaseChatModel], list[Any]]) -> Runner:
     def run(
-        model: BaseChatModel, tools: Sequence[BaseTool], task: EvalTask, config: dict[str, Any]
+        model: BaseChatModel, tools: Sequence[BaseTool], task: EvalTask, config: RunnableConfig
     ) -> tuple[str | None, str]:
         from langchain.agents import create_agent
 
         agent = create_agent(model, list(tools), middleware=middleware(model))
-        limit = {**config, "recursion_limit": 2 * HARD_CAP + 1}
+        limit: RunnableConfig = {**config, "recursion_limit": 2 * HARD_CAP + 1}
         result = agent.invoke({"messages": [HumanMessage(task.prompt)]}, limit)
         last = result["messages"][-1]
         if isinstance(last, AIMessage) and not last.tool_calls:
@@ -106,7 +107,7 @@ def _standard_middleware(model: BaseChatModel) -> list[Any]:
 
 def _reinloop(profile: FaultProfile, real: Any = None) -> Runner:
     def run(
-        model: BaseChatModel, tools: Sequence[BaseTool], task: EvalTask, config: dict[str, Any]
+        model: BaseChatModel, tools: Sequence[BaseTool], task: EvalTask, config: RunnableConfig
     ) -> tuple[str | None, str]:
         from reinloop import AgentConfig, build_agent
 

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages.tool import ToolCall
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
@@ -70,8 +71,10 @@ class SimulatedModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "reinloop-simulated"
 
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Runnable[Any, BaseMessage]:
-        return self
+    def bind_tools(
+        self, tools: Sequence[Any], *, tool_choice: str | None = None, **kwargs: Any
+    ) -> Runnable[Any, AIMessage]:
+        return self  # it writes its calls from the task's plan, not from tool schemas
 
     def _generate(
         self,
@@ -175,7 +178,7 @@ def _progress(task: EvalTask, messages: Sequence[BaseMessage]) -> int:
     return progress
 
 
-def _last_call(messages: Sequence[BaseMessage]) -> dict[str, Any] | None:
+def _last_call(messages: Sequence[BaseMessage]) -> ToolCall | None:
     for message in reversed(messages):
         if isinstance(message, AIMessage) and message.tool_calls:
             return message.tool_calls[-1]

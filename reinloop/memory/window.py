@@ -35,7 +35,7 @@ def pairing_violations(messages: Sequence[BaseMessage]) -> list[str]:
             problems.append(f"tool result {head.tool_call_id!r} answers no call")
             continue
         calls = [call["id"] for call in head.tool_calls] if isinstance(head, AIMessage) else []
-        answered = [result.tool_call_id for result in results if isinstance(result, ToolMessage)]
+        answered: list[str | None] = [result.tool_call_id for result in results if isinstance(result, ToolMessage)]
         for call_id in calls:
             count = answered.count(call_id)
             if count != 1:
@@ -62,7 +62,9 @@ def digest(entry: Sequence[BaseMessage], max_chars: int = 300) -> str:
     """One line that keeps the gist of a window entry: the calls made and what they returned."""
     head, results = entry[0], entry[1:]
     if isinstance(head, AIMessage) and head.tool_calls:
-        by_id = {result.tool_call_id: result for result in results if isinstance(result, ToolMessage)}
+        by_id: dict[str | None, ToolMessage] = {
+            result.tool_call_id: result for result in results if isinstance(result, ToolMessage)
+        }
         parts = []
         for call in head.tool_calls:
             result = by_id.get(call["id"])

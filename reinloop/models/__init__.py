@@ -26,7 +26,8 @@ def resolve_model(model: BaseChatModel | str, **kwargs: Any) -> BaseChatModel:
         from langchain.chat_models import init_chat_model
 
         try:
-            return init_chat_model(model, **kwargs)
+            chosen: BaseChatModel = init_chat_model(model, **kwargs)
+            return chosen
         except ImportError as exc:
             raise ConfigurationError(f"model {model!r} needs a package that is not installed: {exc}") from None
         except Exception as exc:  # missing keys, unknown providers: say which model and why, once
@@ -44,15 +45,11 @@ def is_transient(exc: Exception) -> bool:
     """
     if isinstance(exc, ConnectionError | TimeoutError):
         return True
-    try:
-        import openai
-    except ImportError:  # pragma: no cover - langchain-openai depends on it
-        openai = None
-    if openai is not None and isinstance(
-        exc, openai.APIConnectionError | openai.RateLimitError | openai.InternalServerError
-    ):
-        return True
     import httpx
+    import openai  # langchain-openai, a dependency, depends on it
+
+    if isinstance(exc, openai.APIConnectionError | openai.RateLimitError | openai.InternalServerError):
+        return True
 
     if isinstance(exc, httpx.TransportError):
         return True

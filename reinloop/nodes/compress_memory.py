@@ -81,7 +81,7 @@ def compress_memory(
         update["pending"] = pending
     removed = [message for entry in (*dropped, *evicted) for message in entry]
     if removed:
-        update["messages"] = [RemoveMessage(id=message.id) for message in removed]
+        update["messages"] = [RemoveMessage(id=message.id) for message in removed if message.id is not None]
     return update
 
 

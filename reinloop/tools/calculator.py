@@ -7,7 +7,7 @@ import ast
 import math
 import operator
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 from langchain_core.tools import BaseTool, ToolException
 from pydantic import BaseModel, Field
@@ -21,7 +21,8 @@ MAX_NODES = 100  # operators, operands and calls in one expression
 MAX_INT_BITS = 4_096  # integer results up to about 1,230 decimal digits
 MAX_ARGS = 8
 
-_BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
+Number: TypeAlias = int | float
+_BINARY: dict[type[ast.operator], Callable[[Number, Number], Number]] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
     ast.Mult: operator.mul,
@@ -30,8 +31,8 @@ _BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.Mod: operator.mod,
     ast.Pow: operator.pow,
 }
-_UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
-_FUNCTIONS: dict[str, Callable[..., Any]] = {
+_UNARY: dict[type[ast.unaryop], Callable[[Number], Number]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
+_FUNCTIONS: dict[str, Callable[..., Number]] = {
     "abs": abs,
     "round": round,
     "min": min,

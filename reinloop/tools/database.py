@@ -130,9 +130,10 @@ def _query_error(exc: sqlite3.DatabaseError, tables: Mapping[str, Sequence[str]]
 def insert_input_model(tables: Mapping[str, Sequence[str]]) -> type[BaseModel]:
     """The db_insert arguments, with the declared table names as an enum the model sees."""
     listing = "; ".join(f"{table}: {', '.join(columns)}" for table, columns in tables.items())
+    table_names: Any = Literal[tuple(tables)]  # built at run time, so a type checker cannot follow it
     return create_model(
         "DbInsertInput",
-        table=(Literal[tuple(tables)], Field(description=f"The table. Tables and their columns: {listing}.")),
+        table=(table_names, Field(description=f"The table. Tables and their columns: {listing}.")),
         values=(
             dict[str, str | int | float | None],
             Field(min_length=1, description="Column name -> value for the new row; only the table's columns."),

@@ -21,7 +21,10 @@ Metric = Literal["revenue", "net_income", "operating_income", "employees", "tota
 
 @cache
 def load_financials() -> dict[str, Any]:
-    return json.loads((resources.files("reinloop.tools") / "data" / "financials.json").read_text(encoding="utf-8"))
+    data: dict[str, Any] = json.loads(
+        (resources.files("reinloop.tools") / "data" / "financials.json").read_text(encoding="utf-8")
+    )
+    return data
 
 
 class FinancialDataInput(BaseModel):

@@ -25,7 +25,7 @@ __all__ = ["BUNDLED_CORPUS", "LocalCorpusSearch", "SearchBackend", "SearchHit", 
 MAX_QUERY_CHARS = 50  # the seeds' limit: short keyword queries search best
 DOCUMENT_SUFFIXES = (".md", ".txt", ".rst")
 MAX_DOCUMENT_BYTES = 2_000_000
-BUNDLED_CORPUS = resources.files("reinloop.tools") / "data" / "corpus"
+BUNDLED_CORPUS = Path(str(resources.files("reinloop.tools") / "data" / "corpus"))  # installed as files
 _WORD = re.compile(r"\w+", re.UNICODE)
 # Words that match nearly every passage and only blur the ranking.
 _STOPWORDS = frozenset(
@@ -57,7 +57,7 @@ class LocalCorpusSearch:
     """
 
     def __init__(self, folder: str | Path) -> None:
-        self.folder = Path(str(folder))
+        self.folder = Path(folder)
         if not self.folder.is_dir():
             raise ConfigurationError(f"search corpus folder {str(self.folder)!r} does not exist")
         self._lock = threading.Lock()
