@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from reinloop.errors import ConfigurationError
 
-__all__ = ["DEFAULT_SYSTEM_PROMPT", "MAX_PARSE_RETRIES", "AgentConfig", "Durability", "ProtocolName"]
+__all__ = ["MAX_PARSE_RETRIES", "AgentConfig", "Durability", "ProtocolName"]
 
 # The built-in protocols, each a class in `reinloop.protocols.PROTOCOLS` (checked when that module loads).
 ProtocolName = Literal["tool_calling", "json"]
@@ -21,13 +21,6 @@ Durability = Literal["sync", "async", "exit"]
 # More immediate retries of an unparsable reply than this only burn tokens; the bound also bounds the graph
 # steps a round can take.
 MAX_PARSE_RETRIES = 5
-
-DEFAULT_SYSTEM_PROMPT = (
-    "You are a careful assistant that solves the user's task with the tools provided. "
-    "Call a tool whenever you need information or an action; use each tool's exact argument names. "
-    "When a tool reports an error, change the arguments or the tool instead of repeating the call. "
-    "As soon as you know the answer, give it as your final answer."
-)
 
 
 class AgentConfig(BaseModel):
@@ -51,7 +44,12 @@ class AgentConfig(BaseModel):
     )
     tool_timeout_s: float = Field(30.0, gt=0, description="Hard wall-clock limit of one tool call.")
     protocol: ProtocolName = Field("tool_calling", description="How the model states its decisions.")
-    system_prompt: str = Field(DEFAULT_SYSTEM_PROMPT, min_length=1)
+    system_prompt: str | None = Field(
+        None,
+        min_length=1,
+        description="A system message sent first in every decision (the protocol's format instructions follow "
+        "it). None: none beyond those instructions; the guards' feedback tells the model what went wrong.",
+    )
     memory_capacity: int = Field(
         10, ge=1, description="Window entries (a decision with its results, or a note) kept in the prompt."
     )

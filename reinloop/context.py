@@ -24,7 +24,7 @@ class AgentContext:
     registry: ToolRegistry
     protocol: DecisionProtocol
     model: Runnable[Any, BaseMessage]  # the chat model as the protocol binds it
-    system_prompt: str  # settings.system_prompt plus the protocol's instructions
+    system_prompt: str | None  # settings.system_prompt plus the protocol's instructions; None: no system message
     summarizer: Runnable[Any, BaseMessage] | None  # folds window entries into summaries; None: extractive only
     counter: TokenCounter  # the model's tokenizer, offline
     tool_tokens: int  # what the tool schemas the protocol sends beside the messages cost
@@ -39,7 +39,7 @@ class AgentContext:
         summarizer: Any = None,
     ) -> AgentContext:
         instructions = protocol.instructions(registry)
-        system_prompt = f"{settings.system_prompt}\n\n{instructions}" if instructions else settings.system_prompt
+        system_prompt = "\n\n".join(part for part in (settings.system_prompt, instructions) if part) or None
         counter = TokenCounter(getattr(chat_model, "model_name", None) or getattr(chat_model, "model", None))
         tool_tokens = counter.tools(protocol.tool_schemas(registry))
         bound = protocol.bind(chat_model, registry)

@@ -16,7 +16,7 @@ from reinloop.text import truncate
 
 __all__ = ["CUT_ARGS_KEY", "MEMORY_HEADER", "assemble", "fit_to_budget", "memory_note", "prompt_tokens"]
 
-MEMORY_HEADER = "Memory of your earlier steps on this task (the messages below show only the latest ones)."
+MEMORY_HEADER = "Your earlier steps (the messages below are the latest):"
 # Below this many characters a part of a message is not cut any further.
 MIN_CUT_CHARS = 40
 # Tool-call arguments cut for the prompt must stay a JSON object (providers refuse anything else): when
@@ -135,7 +135,8 @@ class _Draft:
 
     def prompt(self, ctx: AgentContext) -> list[BaseMessage]:
         window = ctx.protocol.render(self.messages[self.first : self.end])
-        prompt = [SystemMessage(ctx.system_prompt), *self.messages[: self.first], *window, *self.messages[self.end :]]
+        system = [SystemMessage(ctx.system_prompt)] if ctx.system_prompt else []
+        prompt = [*system, *self.messages[: self.first], *window, *self.messages[self.end :]]
         return ctx.protocol.finalize(prompt)
 
     def parts(self) -> list[_Part]:

@@ -14,7 +14,7 @@ def test_defaults_match_the_seeds():
     assert (config.max_iterations, config.error_threshold, config.max_parse_retries) == (20, 3, 1)
     assert (config.loop_window, config.max_repeats, config.tool_timeout_s) == (3, 2, 30.0)
     assert config.protocol == "tool_calling"
-    assert config.system_prompt
+    assert config.system_prompt is None  # no system message unless asked for (or a text protocol's format)
 
 
 @pytest.mark.parametrize(

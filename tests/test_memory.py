@@ -6,14 +6,14 @@ import threading
 
 import pytest
 import tiktoken
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import ToolException, tool
 from langgraph.checkpoint.memory import InMemorySaver
 
 from reinloop import AgentConfig, ConfigurationError, build_agent, resume
 from reinloop.memory import TokenCounter, pairing_violations
 from reinloop.memory.summary import SUMMARY_PROMPT
-from reinloop.prompt import fit_to_budget, prompt_tokens
+from reinloop.prompt import MEMORY_HEADER, fit_to_budget, prompt_tokens
 from reinloop.testing import ScriptedChatModel, parallel_calls, tool_call
 from reinloop.text import truncate
 from tests.conftest import THREAD, add, make_agent, make_context, new_thread
@@ -256,7 +256,8 @@ def test_fit_to_budget_fits_every_kind_of_prompt_and_never_touches_state(case, p
     ctx = make_context(tools=(echo,), protocol=protocol, context_token_budget=1_000)
     prompt, tokens = within(10, lambda: fit_to_budget(ctx, window=window, **parts))
     assert tokens == prompt_tokens(ctx, prompt) <= 1_000
-    assert prompt[0].content == ctx.system_prompt
+    # No system message by default with native tool calls; the json protocol's holds its instructions.
+    assert prompt[0].content == ctx.system_prompt if protocol == "json" else isinstance(prompt[0], HumanMessage)
     assert window == before  # only the copy sent was cut
     assert pairing_violations(prompt) == []
     if case == "300-short-entries":  # whole entries were dropped, oldest first
@@ -311,10 +312,10 @@ def test_a_fact_from_an_early_observation_is_recalled_200_rounds_later(kind, emb
     assert result["finish_reason"] == "answered"
 
     last = [call for call in model.calls if not is_summary_call(call.messages)][-1].messages
-    memory_note = next(m.content for m in last if m.content.startswith("Memory of your earlier steps"))
-    recalled = memory_note.split("Recalled from long-term memory:")[1]
+    note = next(m for m in last if m.text.startswith(MEMORY_HEADER))
+    recalled = note.text.split("Recalled from long-term memory:")[1]
     assert "PINEAPPLE" in recalled  # recalled by similarity to the task...
-    assert all("PINEAPPLE" not in m.text for m in last if m is not last[2])  # ...and nowhere else in the prompt
+    assert all("PINEAPPLE" not in m.text for m in last if m is not note)  # ...and nowhere else in the prompt
     assert "PINEAPPLE" not in "".join(result["summaries"])
     if kind == "sqlite":
         store.conn.close()

@@ -35,12 +35,12 @@ def frozen_call(node, state, *args):
 
 def test_decide_sends_system_task_window_and_correction_and_stores_a_parsed_reply():
     model = ScriptedChatModel(replies=[tool_call("add", {"a": 1, "b": 2})])
-    ctx = make_context(model=model)
+    ctx = make_context(model=model, system_prompt="Be brief.")
     window = [HumanMessage("an earlier note", id="n1")]
     state = {"task": "add 1 and 2", "messages": window, "correction": "fix your JSON"}
     update = frozen_call(decide, state, ctx, {})
     sent = model.calls[0].messages
-    assert isinstance(sent[0], SystemMessage) and sent[0].content == ctx.system_prompt
+    assert isinstance(sent[0], SystemMessage) and sent[0].content == "Be brief."
     assert sent[1].content == "add 1 and 2"
     assert sent[2].content == "an earlier note"
     assert sent[3].content == "fix your JSON"
@@ -364,3 +364,24 @@ def test_nodes_take_only_tools_from_their_context():
     # a registry can be passed where tools are expected
     ctx = make_context(tools=ToolRegistry([add, explode]))
     assert ctx.registry.names == ["add", "explode"]
+
+
+@pytest.mark.parametrize(
+    ("protocol", "system_prompt", "expected"),
+    [
+        ("tool_calling", None, None),
+        ("tool_calling", "Be brief.", "Be brief."),
+        ("json", None, "Reply with exactly one JSON object"),
+        ("json", "Be brief.", "Be brief.\n\nReply with exactly one JSON object"),
+    ],
+)
+def test_the_system_message_holds_only_what_is_configured_and_the_protocol_format(protocol, system_prompt, expected):
+    model = ScriptedChatModel(replies=['{"action": "final_answer", "action_input": "3"}'])
+    ctx = make_context(model=model, protocol=protocol, system_prompt=system_prompt)
+    frozen_call(decide, {"task": "add 1 and 2", "messages": []}, ctx, {})
+    sent = model.calls[0].messages
+    systems = [message for message in sent if isinstance(message, SystemMessage)]
+    if expected is None:
+        assert systems == [] and sent[0].content == "add 1 and 2"
+    else:
+        assert len(systems) == 1 and sent[0] is systems[0] and systems[0].text.startswith(expected)
