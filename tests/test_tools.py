@@ -1,9 +1,10 @@
 import threading
-from typing import Annotated
+from typing import Annotated, Literal
 
 import pytest
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import InjectedToolArg, tool
+from pydantic import BaseModel
 
 from reinloop import ConfigurationError, ToolRegistry
 from reinloop.tools import ToolTimeoutError, call_with_timeout, reject_empty, to_observation
@@ -77,6 +78,25 @@ def test_registry_lookup_schemas_and_per_tool_settings():
     assert "add" in registry and "nope" not in registry and registry.get("nope") is None
     assert registry["echo"].timeout_s == 2.5
     assert registry["add"].schema_json["required"] == ["a", "b"]
+
+
+class _Item(BaseModel):
+    sku: str
+
+
+@tool
+def order(items: list[_Item], mode: Literal["fast", "cheap"], note: str | None = None, count: int = 1) -> str:
+    """Place an order."""
+    return "ok"
+
+
+def test_a_signature_shows_each_argument_its_type_and_whether_it_is_optional_in_one_line():
+    registry = ToolRegistry([add, order])
+    assert registry["add"].signature == "add(a: integer, b: integer)"
+    assert (
+        registry["order"].signature
+        == 'order(items: list[_Item], mode: "fast"|"cheap", note?: string|null, count?: integer)'
+    )
 
 
 def test_injected_arguments_are_not_shown_to_or_validated_for_the_model():

@@ -35,10 +35,7 @@ PARSE_RETRY_TEMPLATE = (
     "Your previous reply could not be read: {error}.\nYour reply was:\n{raw}\nReply again with {expected}."
 )
 UNKNOWN_TOOL_TEMPLATE = "Error: {name!r} is not a valid tool. Call one of [{available}] instead."
-INVALID_ARGS_TEMPLATE = (
-    "Error: invalid arguments for {name!r}: {problems}. "
-    "Call {name!r} again with arguments that match its schema: {schema}"
-)
+INVALID_ARGS_TEMPLATE = "Error: invalid arguments for {name!r}: {problems}. Expected {signature}."
 REPEATED_CALL_TEMPLATE = (
     "Error: not run. {name!r} was requested with these exact arguments {count} times in the last "
     "{window} decisions, and repeating it cannot give a new result. Use what you already know: "
@@ -102,7 +99,7 @@ def _check_call(call: dict[str, Any], key: str, ctx: AgentContext) -> CallCheck:
         return _check(call_id, name, args, _signature(name, args), key, "unknown_tool", error)
     problems, canonical = _validate(entry, args)
     if problems:
-        error = INVALID_ARGS_TEMPLATE.format(name=name, problems="; ".join(problems), schema=_schema_hint(entry))
+        error = INVALID_ARGS_TEMPLATE.format(name=name, problems="; ".join(problems), signature=entry.signature)
         return _check(call_id, name, args, _signature(name, args), key, "invalid_args", error)
     return _check(call_id, name, args, _signature(name, canonical), key, None, None)
 
@@ -145,14 +142,6 @@ def _describe(error: Any) -> str:
     if error["type"] == "missing":
         return f"{field}: missing (required)"
     return f"{field}: {error['msg']} (got {truncate(repr(error['input']), 80)})"
-
-
-def _schema_hint(entry: RegisteredTool) -> str:
-    hint = {
-        "properties": entry.schema_json.get("properties", {}),
-        "required": entry.schema_json.get("required", []),
-    }
-    return json.dumps(hint, ensure_ascii=False)
 
 
 def _signature(name: str, args: Any) -> str:

@@ -59,6 +59,31 @@ class RegisteredTool:
     def name(self) -> str:
         return self.tool.name
 
+    @property
+    def signature(self) -> str:
+        """The call's shape in one short line, e.g. ``web_search(query: string, max_results?: integer)``: what
+        an error observation shows (the full schema, with descriptions, is already beside every prompt)."""
+        properties = self.schema_json.get("properties", {})
+        required = set(self.schema_json.get("required", []))
+        args = (f"{arg}{'' if arg in required else '?'}: {_type_text(spec)}" for arg, spec in properties.items())
+        return f"{self.name}({', '.join(args)})"
+
+
+def _type_text(spec: Any) -> str:
+    """A JSON schema's type in a few characters: ``string``, ``"a"|"b"``, ``list[integer]``, ``Item``."""
+    if not isinstance(spec, dict):
+        return "any"
+    if "enum" in spec:
+        return "|".join(json.dumps(value, ensure_ascii=False) for value in spec["enum"])
+    if "anyOf" in spec:
+        return "|".join(_type_text(option) for option in spec["anyOf"])
+    if "$ref" in spec:
+        return str(spec["$ref"]).rpartition("/")[2]
+    kind = spec.get("type", "any")
+    if kind == "array":
+        return f"list[{_type_text(spec.get('items'))}]"
+    return "|".join(kind) if isinstance(kind, list) else str(kind)
+
 
 def _call_schema(tool: BaseTool) -> tuple[type[BaseModel] | None, dict[str, Any]]:
     # tool_call_schema leaves out injected arguments (InjectedToolArg, InjectedState, ...), which the model
