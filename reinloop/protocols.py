@@ -104,10 +104,7 @@ class ToolCallingProtocol(DecisionProtocol):
     """Native tool calls through `bind_tools`: for models and servers that support tool calling."""
 
     name = "tool_calling"
-    expected_format = (
-        "either a tool call whose arguments are a JSON object matching the tool's schema, "
-        "or, when you know the answer, a plain text reply with the final answer"
-    )
+    expected_format = "a tool call whose arguments are a JSON object, or the final answer as plain text"
 
     def bind(self, model: BaseChatModel, registry: ToolRegistry) -> Runnable[Any, BaseMessage]:
         return model.bind_tools(registry.tools) if len(registry) else model
