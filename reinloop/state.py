@@ -92,6 +92,7 @@ class CallCheck(TypedDict):
     args: dict[str, Any]
     signature: str  # tool name + canonical arguments, for dead-loop detection
     key: str  # idempotency key: thread id, call number and call id; the same on a re-run after a crash
+    attempts: int  # the most runs execute_tool may make of it, retries included
     error_kind: ErrorKind | None
     error: str | None  # feedback for the model when rejected
 
@@ -103,6 +104,7 @@ class ToolOutcome(TypedDict):
     name: str
     content: str  # the observation text sent back to the model
     error_kind: ErrorKind | None
+    attempts: int  # how often the tool ran for it, retries included (0: not run)
 
 
 class InDoubtCall(TypedDict):

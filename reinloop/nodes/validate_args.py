@@ -1,10 +1,11 @@
 """validate_args: check every requested call before anything runs.
 
-Reads `decision`, `parse_retries`, `recent_calls`, `calls_seen`. Writes `checks` (each with its
-idempotency key), `recent_calls`, `calls_seen`, `parse_retries`, `correction`, and resets `tool_results`.
-Outcomes: a correction hint for a retry of an unparsable reply; exhausted retries (observe reports the
-parse error); a final answer; and for tool calls one `CallCheck` each, either ready to run or rejected as
-unknown tool, invalid arguments, or a repeated call (dead loop).
+Reads `decision`, `parse_retries`, `recent_calls`, `calls_seen`. Writes `checks` (each with its idempotency
+key and the attempts it may have: `tool_attempts` if its tool is retryable, else one), `recent_calls`,
+`calls_seen`, `parse_retries`, `correction`, and resets `tool_results`. Outcomes: a correction hint for a
+retry of an unparsable reply; exhausted retries (observe reports the parse error); a final answer; and for
+tool calls one `CallCheck` each, either ready to run or rejected as unknown tool, invalid arguments, or a
+repeated call (dead loop).
 """
 
 from __future__ import annotations
@@ -104,14 +105,22 @@ def _check_call(call: dict[str, Any], key: str, ctx: AgentContext) -> CallCheck:
     if problems:
         error = INVALID_ARGS_TEMPLATE.format(name=name, problems="; ".join(problems), schema=_schema_hint(entry))
         return _check(call_id, name, args, _signature(name, args), key, "invalid_args", error)
-    return _check(call_id, name, args, _signature(name, canonical), key, None, None)
+    check = _check(call_id, name, args, _signature(name, canonical), key, None, None)
+    return {**check, "attempts": ctx.settings.tool_attempts if entry.retryable else 1}
 
 
 def _check(
     call_id: str, name: str, args: Any, signature: str, key: str, error_kind: ErrorKind | None, error: str | None
 ) -> CallCheck:
     return CallCheck(
-        call_id=call_id, name=name, args=args, signature=signature, key=key, error_kind=error_kind, error=error
+        call_id=call_id,
+        name=name,
+        args=args,
+        signature=signature,
+        key=key,
+        attempts=0,
+        error_kind=error_kind,
+        error=error,
     )
 
 
