@@ -71,6 +71,16 @@ class AgentConfig(BaseModel):
         ),
     )
     tool_backoff_max_s: float = Field(2.0, ge=0, description="Longest wait before one retry of a tool call.")
+    max_tool_attempts: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Tool runs a whole run may make, retries included; None: tool_attempts per round of the iteration "
+            "budget (max_iterations * tool_attempts; after a resume, its rounds and those before). A round's "
+            "calls and retries only get what is left, a call beyond it is not run, and the run ends as "
+            "max_tool_attempts once it is used up."
+        ),
+    )
     protocol: ProtocolName = Field("tool_calling", description="How the model states its decisions.")
     system_prompt: str = Field(DEFAULT_SYSTEM_PROMPT, min_length=1)
     memory_capacity: int = Field(

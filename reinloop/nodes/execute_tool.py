@@ -8,9 +8,9 @@ timeout, or an empty result (pseudo-success). Nothing else leaves the node: Lang
 (interrupts) passes through untouched, as does an interrupt of the caller's own thread (Ctrl-C).
 
 A call that raised or timed out is run again in place, after a backoff, up to the check's `attempts` (which
-validate_args set from the tool's `retryable` and `tool_attempts`; `reinloop.tools.retry`): the model sees
-only the last failure, noted with how many attempts were made, and no model call, decision or error is
-counted for the retries.
+validate_args set from the tool's `retryable`, `tool_attempts` and the run's `max_tool_attempts`;
+`reinloop.tools.retry`): the model sees only the last failure, noted with how many attempts were made, and no
+model call, decision or error is counted for the retries.
 
 What the tool produced (its result, or the message of what it raised) is cut to `observation_max_chars`
 here, where it is stored: the checkpoint holds what the model will see, never a tool's whole 10 MB.
