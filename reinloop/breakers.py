@@ -9,7 +9,7 @@ To add a finish reason:
 1. add its name to `FinishReason` in `reinloop/state.py` (`FINISH_REASONS` follows by `get_args`);
 2. add one `Breaker` to `BREAKERS` below, where its priority puts it. Its template may use the placeholders
    `circuit_break` fills: {iteration}, {tokens}, {budget}, {errors}, {threshold}, {last_error},
-   {max_repeats}, {loop_window}, {repeated}.
+   {max_repeats}, {loop_window}, {repeated}, {tool_attempts}, {max_tool_attempts}.
 Nothing else changes: the router sends every reason but `answered` to `circuit_break`, and the CLI reads the
 exit code from here. Importing this module checks that the table and `FinishReason` agree.
 """
@@ -23,7 +23,7 @@ from reinloop.config import AgentConfig
 from reinloop.errors import ConfigurationError
 from reinloop.state import FINISH_REASONS, NO_USAGE, AgentState, FinishReason
 
-__all__ = ["BREAKERS", "Breaker", "breaker"]
+__all__ = ["BREAKERS", "Breaker", "breaker", "tool_attempt_limit"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +56,21 @@ def _token_budget(state: AgentState, settings: AgentConfig) -> bool:
     return budget is not None and state.get("usage", NO_USAGE)["total_tokens"] >= budget
 
 
+def tool_attempt_limit(state: AgentState, settings: AgentConfig) -> int:
+    """The tool runs this run may make: `max_tool_attempts`, or `tool_attempts` per round of the iteration
+    budget, whose rounds are those done and those left (the same all through a run)."""
+    if settings.max_tool_attempts is not None:
+        return settings.max_tool_attempts
+    left = state.get("iterations_left")
+    rounds = state.get("iteration", 0) + (settings.max_iterations if left is None else left)
+    return settings.tool_attempts * rounds
+
+
+def _max_tool_attempts(state: AgentState, settings: AgentConfig) -> bool:
+    # validate_args gives no call more attempts than are left, so the count reaches the limit at most.
+    return state.get("tool_attempts", 0) >= tool_attempt_limit(state, settings)
+
+
 def _max_iterations(state: AgentState, settings: AgentConfig) -> bool:
     left = state.get("iterations_left")
     return left is not None and left <= 0
@@ -81,6 +96,13 @@ BREAKERS: tuple[Breaker, ...] = (
         _token_budget,
         "Stopped: the run used {tokens} tokens after {iteration} rounds (the budget is {budget}).",
         exit_code=6,
+    ),
+    Breaker(
+        "max_tool_attempts",
+        _max_tool_attempts,
+        "Stopped: the run made {tool_attempts} tool calls, retries included, in {iteration} rounds (the limit "
+        "is {max_tool_attempts}).",
+        exit_code=7,
     ),
     Breaker(
         "max_iterations",

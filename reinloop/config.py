@@ -42,7 +42,38 @@ class AgentConfig(BaseModel):
     max_repeats: int = Field(
         2, ge=1, description="Identical calls allowed inside loop_window; one more is a dead loop."
     )
-    tool_timeout_s: float = Field(30.0, gt=0, description="Hard wall-clock limit of one tool call.")
+    tool_timeout_s: float = Field(
+        30.0, gt=0, description="Hard wall-clock limit of one tool call; each retry gets it afresh."
+    )
+    tool_attempts: int = Field(
+        3,
+        ge=1,
+        description=(
+            "Attempts of one tool call, the first included, when it raises or times out; 1 turns retries "
+            "off. Retries run in place, without a model call, and only for retryable tools (by default the "
+            "idempotent ones). One call with all its retries takes at most tool_attempts * tool_timeout_s "
+            "plus (tool_attempts - 1) * tool_backoff_max_s."
+        ),
+    )
+    tool_backoff_s: float = Field(
+        0.1,
+        ge=0,
+        description=(
+            "Wait before the first retry of a tool call; doubles on each further retry, plus a random jitter "
+            "of up to this much. 0: retry at once."
+        ),
+    )
+    tool_backoff_max_s: float = Field(2.0, ge=0, description="Longest wait before one retry of a tool call.")
+    max_tool_attempts: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Tool runs a whole run may make, retries included; None: tool_attempts per round of the iteration "
+            "budget (max_iterations * tool_attempts; after a resume, its rounds and those before). A round's "
+            "calls and retries only get what is left, a call beyond it is not run, and the run ends as "
+            "max_tool_attempts once it is used up."
+        ),
+    )
     protocol: ProtocolName = Field("tool_calling", description="How the model states its decisions.")
     system_prompt: str | None = Field(
         None,

@@ -42,9 +42,10 @@ def prepare_resume(
     ``agent.invoke(None, prepared)`` or ``agent.stream(None, prepared)``.
 
     A thread that ended in a circuit break gets fresh budgets (`extra_iterations` rounds, by default the
-    agent's `max_iterations`, and a new `run_token_budget`), cleared error and loop counters, and the
-    optional `hint` as a message to the model. A thread interrupted mid-step (a crash) continues where its
-    checkpoint stopped, like ``agent.invoke(None, config)``; completed tool calls are not run again.
+    agent's `max_iterations`, and a new `run_token_budget` and `max_tool_attempts`), cleared error and loop
+    counters, and the optional `hint` as a message to the model. A thread interrupted mid-step (a crash)
+    continues where its checkpoint stopped, like ``agent.invoke(None, config)``; completed tool calls are not
+    run again.
     """
     thread_id = (config.get("configurable") or {}).get("thread_id")
     if thread_id is None:

@@ -42,7 +42,7 @@ __all__ = [
 
 # Why a run ended. Each reason is one entry in `reinloop.breakers.BREAKERS` (its predicate, priority,
 # final message and exit code); importing that module checks the two agree.
-FinishReason = Literal["answered", "max_iterations", "error_streak", "dead_loop", "token_budget"]
+FinishReason = Literal["answered", "max_iterations", "error_streak", "dead_loop", "token_budget", "max_tool_attempts"]
 FINISH_REASONS: tuple[FinishReason, ...] = get_args(FinishReason)
 
 # Every model-fixable mistake, as recorded in state and reported to the model.
@@ -55,6 +55,7 @@ ErrorKind = Literal[
     "timeout",  # the tool did not finish in time and was abandoned
     "empty_result",  # the tool "succeeded" with an empty or meaningless result (pseudo-success)
     "unknown_outcome",  # a non-idempotent call was in flight when the process died; it is not run again
+    "over_budget",  # the run's max_tool_attempts was used up before this call could run
 ]
 
 
@@ -92,6 +93,7 @@ class CallCheck(TypedDict):
     args: dict[str, Any]
     signature: str  # tool name + canonical arguments, for dead-loop detection
     key: str  # idempotency key: thread id, call number and call id; the same on a re-run after a crash
+    attempts: int  # the most runs execute_tool may make of it, retries included; 0 when rejected
     error_kind: ErrorKind | None
     error: str | None  # feedback for the model when rejected
 
@@ -103,6 +105,7 @@ class ToolOutcome(TypedDict):
     name: str
     content: str  # the observation text sent back to the model
     error_kind: ErrorKind | None
+    attempts: int  # how often the tool ran for it, retries included (0: not run)
 
 
 class InDoubtCall(TypedDict):
@@ -136,12 +139,14 @@ class CallUsage(TypedDict):
 NO_USAGE = TokenUsage(model_calls=0, prompt_tokens=0, completion_tokens=0, total_tokens=0)
 
 # What a fresh budget clears, for a new task on a finished thread and for a resume after a circuit break:
-# the breakers' counters, the outcome, and the iteration and token budgets (None: config.max_iterations).
+# the breakers' counters, the outcome, and the iteration, token and tool-attempt budgets (None:
+# config.max_iterations).
 FRESH_BUDGETS: dict[str, Any] = {
     "iterations_left": None,
     "consecutive_errors": 0,
     "parse_retries": 0,
     "recent_calls": [],
+    "tool_attempts": 0,
     "final_answer": None,
     "finish_reason": None,
     "usage": NO_USAGE,
@@ -219,6 +224,8 @@ class AgentState(TypedDict, total=False):
     consecutive_errors: int
     # Parse retries used on the current decision; validate_args increments, a parsed reply resets.
     parse_retries: int
+    # Tool runs in this run, retries included, against max_tool_attempts; observe adds, a new run resets.
+    tool_attempts: int
     # The answer when finish_reason == "answered"; written by check_finish.
     final_answer: str | None
     # Why the run ended; written by check_finish, None while running.

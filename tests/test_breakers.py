@@ -18,12 +18,20 @@ def test_the_table_has_one_entry_per_finish_reason_in_the_documented_priority():
         "dead_loop",
         "error_streak",
         "token_budget",
+        "max_tool_attempts",
         "max_iterations",
     ]
 
 
 def test_the_cli_exit_codes_come_from_the_table():
-    assert EXIT_CODES == {"answered": 0, "max_iterations": 3, "error_streak": 4, "dead_loop": 5, "token_budget": 6}
+    assert EXIT_CODES == {
+        "answered": 0,
+        "max_iterations": 3,
+        "error_streak": 4,
+        "dead_loop": 5,
+        "token_budget": 6,
+        "max_tool_attempts": 7,
+    }
     assert all(EXIT_CODES[entry.reason] == entry.exit_code for entry in BREAKERS)
 
 
@@ -36,18 +44,23 @@ def test_check_finish_picks_the_first_entry_that_trips():
         "checks": [repeated],
         "consecutive_errors": 3,
         "usage": {"model_calls": 1, "prompt_tokens": 90, "completion_tokens": 10, "total_tokens": 100},
+        "tool_attempts": 10,
         "iteration": 4,
         "iterations_left": 1,
     }
-    ctx = make_context(error_threshold=3, run_token_budget=100)
+    ctx = make_context(error_threshold=3, run_token_budget=100, max_tool_attempts=10)
     under_budget = {**everything["usage"], "total_tokens": 99}
     cases = [
         ({"decision": answer("42")}, "answered"),
         ({}, "dead_loop"),
         ({"checks": []}, "error_streak"),
         ({"checks": [], "consecutive_errors": 0}, "token_budget"),
-        ({"checks": [], "consecutive_errors": 0, "usage": under_budget}, "max_iterations"),
-        ({"checks": [], "consecutive_errors": 0, "usage": under_budget, "iterations_left": 2}, None),
+        ({"checks": [], "consecutive_errors": 0, "usage": under_budget}, "max_tool_attempts"),
+        ({"checks": [], "consecutive_errors": 0, "usage": under_budget, "tool_attempts": 9}, "max_iterations"),
+        (
+            {"checks": [], "consecutive_errors": 0, "usage": under_budget, "tool_attempts": 9, "iterations_left": 2},
+            None,
+        ),
     ]
     for changes, reason in cases:
         assert check_finish({**everything, **changes}, ctx)["finish_reason"] == reason
@@ -55,6 +68,7 @@ def test_check_finish_picks_the_first_entry_that_trips():
 
 STATE = {
     "iteration": 4,
+    "tool_attempts": 12,
     "consecutive_errors": 3,
     "usage": {"model_calls": 4, "prompt_tokens": 900, "completion_tokens": 100, "total_tokens": 1000},
     "messages": [ToolMessage("Error: boom", tool_call_id="c1", status="error")],
@@ -76,11 +90,16 @@ STATE = {
             'Stopped: a dead loop. The same call was requested more than 2 times within 3 decisions: add{"a": 1}',
         ),
         ("token_budget", "Stopped: the run used 1000 tokens after 4 rounds (the budget is 500)."),
+        (
+            "max_tool_attempts",
+            "Stopped: the run made 12 tool calls, retries included, in 4 rounds (the limit is 12).",
+        ),
     ],
-    ids=["max-iterations", "error-streak", "dead-loop", "token-budget"],
+    ids=["max-iterations", "error-streak", "dead-loop", "token-budget", "max-tool-attempts"],
 )
 def test_circuit_break_writes_the_entry_s_template(reason, text):
-    (message,) = circuit_break({**STATE, "finish_reason": reason}, make_context(run_token_budget=500))["messages"]
+    ctx = make_context(run_token_budget=500, max_tool_attempts=12)
+    (message,) = circuit_break({**STATE, "finish_reason": reason}, ctx)["messages"]
     assert message.content.startswith(text + " The state is saved")
     assert breaker(reason).template is not None
 

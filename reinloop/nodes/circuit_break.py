@@ -11,7 +11,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, ToolMessage
 
-from reinloop.breakers import breaker
+from reinloop.breakers import breaker, tool_attempt_limit
 from reinloop.context import AgentContext
 from reinloop.errors import InvariantError
 from reinloop.state import NO_USAGE, AgentState
@@ -41,6 +41,8 @@ def circuit_break(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
         last_error=_last_error(state),
         max_repeats=ctx.settings.max_repeats,
         loop_window=ctx.settings.loop_window,
+        tool_attempts=state.get("tool_attempts", 0),
+        max_tool_attempts=tool_attempt_limit(state, ctx.settings),
         repeated=", ".join(
             check["signature"] for check in state.get("checks", []) if check["error_kind"] == "repeated_call"
         ),

@@ -1,19 +1,24 @@
-"""execute_tool: run one validated call, with a hard timeout and a result check.
+"""execute_tool: run one validated call, with a hard timeout, in-place retries and a result check.
 
 Runs once per valid call (a LangGraph `Send` task each), so every finished call is checkpointed on its own
 and a resumed thread never re-runs it. Reads the `CallCheck` it is sent. Writes one `ToolOutcome` to
-`tool_results`. Outcomes: a result, or an error observation for an exception (`sys.exit()` and a crashed
-worker process included), a result that cannot be shown as text, a timeout, or an empty result
-(pseudo-success). Nothing else leaves the node: LangGraph control flow (interrupts) passes through
-untouched, as does an interrupt of the caller's own thread (Ctrl-C).
+`tool_results`, with the number of attempts made. Outcomes: a result, or an error observation for an
+exception (`sys.exit()` and a crashed worker process included), a result that cannot be shown as text, a
+timeout, or an empty result (pseudo-success). Nothing else leaves the node: LangGraph control flow
+(interrupts) passes through untouched, as does an interrupt of the caller's own thread (Ctrl-C).
+
+A call that raised or timed out is run again in place, after a backoff, up to the check's `attempts` (which
+validate_args set from the tool's `retryable`, `tool_attempts` and the run's `max_tool_attempts`;
+`reinloop.tools.retry`): the model sees only the last failure, noted with how many attempts were made, and no
+model call, decision or error is counted for the retries.
 
 What the tool produced (its result, or the message of what it raised) is cut to `observation_max_chars`
 here, where it is stored: the checkpoint holds what the model will see, never a tool's whole 10 MB.
 
 The tool gets the call's idempotency key in its config (`reinloop.tools.idempotency_key()`), so a call
-re-run after a crash can find its earlier effect. A tool declared not idempotent is not re-run at all: a
-call of it that was in flight when the process died gets an "unknown_outcome" observation and a record in
-`in_doubt` (fail closed).
+re-run after a crash can find its earlier effect. A tool declared not idempotent is not re-run at all (nor
+retried, unless it is declared retryable): a call of it that was in flight when the process died gets an
+"unknown_outcome" observation and a record in `in_doubt` (fail closed).
 """
 
 from __future__ import annotations
@@ -28,9 +33,11 @@ from reinloop.state import CallCheck, ErrorKind, InDoubtCall, ToolOutcome
 from reinloop.storable import clean_text
 from reinloop.text import truncate
 from reinloop.tools.effects import IDEMPOTENCY_KEY
-from reinloop.tools.execution import run_tool
+from reinloop.tools.execution import ToolRun
+from reinloop.tools.retry import Backoff, run_with_retries
 
 __all__ = [
+    "ATTEMPTS_NOTE",
     "EMPTY_RESULT_TEMPLATE",
     "TIMEOUT_TEMPLATE",
     "TOOL_ERROR_TEMPLATE",
@@ -38,15 +45,19 @@ __all__ = [
     "execute_tool",
 ]
 
-TOOL_ERROR_TEMPLATE = "Error: {name!r} failed: {error}. Check the arguments, or use another tool if it cannot do this."
+TOOL_ERROR_TEMPLATE = (
+    "Error: {name!r} failed{tries}: {error}. Check the arguments, or use another tool if it cannot do this."
+)
 TIMEOUT_TEMPLATE = (
-    "Error: {name!r} did not finish within {timeout:g} s, and its result will not be used. "
+    "Error: {name!r} did not finish within {timeout:g} s{tries}, and its result will not be used. "
     "Try a smaller request, or another tool."
 )
 EMPTY_RESULT_TEMPLATE = (
-    "Error: {name!r} returned no usable result: {reason}. "
+    "Error: {name!r} returned no usable result{tries}: {reason}. "
     "Try different arguments or another tool; do not repeat the same call."
 )
+# Fills {tries} above when the call was retried; empty after a single attempt.
+ATTEMPTS_NOTE = " ({attempts} attempts)"
 
 UNKNOWN_OUTCOME_TEMPLATE = (
     "Error: the outcome of this {name!r} call is unknown: the process running it stopped before its result "
@@ -63,24 +74,36 @@ def execute_tool(check: CallCheck, ctx: AgentContext, config: RunnableConfig) ->
     entry = ctx.registry[name]
     if not entry.idempotent and (config.get("configurable") or {}).get(CONFIG_KEY_RESUMING):
         doubt = InDoubtCall(call_id=check["call_id"], name=name, args=check["args"], key=check["key"])
-        update = _outcome(check, UNKNOWN_OUTCOME_TEMPLATE.format(name=name), "unknown_outcome")
+        update = _outcome(check, UNKNOWN_OUTCOME_TEMPLATE.format(name=name), "unknown_outcome", attempts=0)
         return {**update, "in_doubt": [doubt]}
+    # One key for every attempt: a retry of a call that had its effect finds it, as a re-run after a crash does.
     config = patch_config(config, configurable={IDEMPOTENCY_KEY: check["key"]})
-    timeout = entry.timeout_s or ctx.settings.tool_timeout_s
-    run = run_tool(entry, check["args"], timeout, config)
+    settings = ctx.settings
+    timeout = entry.timeout_s or settings.tool_timeout_s
+    backoff = Backoff(settings.tool_backoff_s, settings.tool_backoff_max_s)
+    # A check saved by a version without attempts runs once.
+    attempts = check.get("attempts", 1)
+    run, made = run_with_retries(entry, check["args"], timeout, config, attempts=attempts, backoff=backoff)
+    content = _content(run, name, timeout, made, settings.observation_max_chars)
+    return _outcome(check, content, run.error_kind, attempts=made)
+
+
+def _content(run: ToolRun, name: str, timeout: float, attempts: int, max_chars: int) -> str:
+    """The observation of `run`: the tool's text, or the feedback for its error."""
     # The one cut of tool output; reinloop's own feedback around it is kept whole.
-    text = clean_text(truncate(run.text, ctx.settings.observation_max_chars))
+    text = clean_text(truncate(run.text, max_chars))
+    tries = ATTEMPTS_NOTE.format(attempts=attempts) if attempts > 1 else ""
     if run.error_kind is None:
-        content = text
-    elif run.error_kind == "timeout":
-        content = TIMEOUT_TEMPLATE.format(name=name, timeout=timeout)
-    elif run.error_kind == "empty_result":
-        content = EMPTY_RESULT_TEMPLATE.format(name=name, reason=text)
-    else:
-        content = TOOL_ERROR_TEMPLATE.format(name=name, error=text)
-    return _outcome(check, content, run.error_kind)
+        return text
+    if run.error_kind == "timeout":
+        return TIMEOUT_TEMPLATE.format(name=name, timeout=timeout, tries=tries)
+    if run.error_kind == "empty_result":
+        return EMPTY_RESULT_TEMPLATE.format(name=name, reason=text, tries=tries)
+    return TOOL_ERROR_TEMPLATE.format(name=name, error=text, tries=tries)
 
 
-def _outcome(check: CallCheck, content: str, error_kind: ErrorKind | None) -> dict[str, Any]:
-    outcome = ToolOutcome(call_id=check["call_id"], name=check["name"], content=content, error_kind=error_kind)
+def _outcome(check: CallCheck, content: str, error_kind: ErrorKind | None, attempts: int) -> dict[str, Any]:
+    outcome = ToolOutcome(
+        call_id=check["call_id"], name=check["name"], content=content, error_kind=error_kind, attempts=attempts
+    )
     return {"tool_results": [outcome]}

@@ -1,9 +1,10 @@
 """observe: turn this round's checks and outcomes into observations for the model.
 
-Reads `decision`, `checks`, `tool_results`, `consecutive_errors`. Writes `messages` (exactly one
-`ToolMessage` per requested call, in the order requested, rejected calls included, each outcome as
-execute_tool stored it, tool output already cut; or one note when the reply could not be parsed) and
-`consecutive_errors` (each error adds one, a real success resets it).
+Reads `decision`, `checks`, `tool_results`, `consecutive_errors`, `tool_attempts`. Writes `messages` (exactly
+one `ToolMessage` per requested call, in the order requested, rejected calls included, each outcome as
+execute_tool stored it, tool output already cut; or one note when the reply could not be parsed),
+`consecutive_errors` (each error adds one, a real success resets it; a call retried in place counts once)
+and `tool_attempts` (the runs of this round's calls, retries included, added).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ def observe(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
     if decision["kind"] == "unparsable":
         note = PARSE_FAILED_TEMPLATE.format(error=decision["error"], expected=ctx.protocol.expected_format)
         return {"messages": [HumanMessage(note)], "consecutive_errors": errors + 1}
-    outcomes = {outcome["call_id"]: outcome for outcome in state.get("tool_results", [])}
+    results = state.get("tool_results", [])
+    outcomes = {outcome["call_id"]: outcome for outcome in results}
     messages: list[BaseMessage] = []
     for check in state.get("checks", []):
         call_id = check["call_id"]
@@ -47,4 +49,6 @@ def observe(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
             )
         )
         errors = errors + 1 if error_kind else 0
-    return {"messages": messages, "consecutive_errors": errors}
+    # An outcome saved by a version that did not count attempts ran once.
+    attempts = state.get("tool_attempts", 0) + sum(outcome.get("attempts", 1) for outcome in results)
+    return {"messages": messages, "consecutive_errors": errors, "tool_attempts": attempts}

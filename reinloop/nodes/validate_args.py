@@ -1,10 +1,15 @@
 """validate_args: check every requested call before anything runs.
 
-Reads `decision`, `parse_retries`, `recent_calls`, `calls_seen`. Writes `checks` (each with its
-idempotency key), `recent_calls`, `calls_seen`, `parse_retries`, `correction`, and resets `tool_results`.
-Outcomes: a correction hint for a retry of an unparsable reply; exhausted retries (observe reports the
-parse error); a final answer; and for tool calls one `CallCheck` each, either ready to run or rejected as
-unknown tool, invalid arguments, or a repeated call (dead loop).
+Reads `decision`, `parse_retries`, `recent_calls`, `calls_seen`, `tool_attempts`. Writes `checks` (each with
+its idempotency key and the attempts it may have), `recent_calls`, `calls_seen`, `parse_retries`,
+`correction`, and resets `tool_results`. Outcomes: a correction hint for a retry of an unparsable reply;
+exhausted retries (observe reports the parse error); a final answer; and for tool calls one `CallCheck` each,
+either ready to run or rejected as unknown tool, invalid arguments, a repeated call (dead loop), or over the
+run's tool-attempt budget.
+
+A call ready to run may have `tool_attempts` attempts if its tool is retryable, else one, within what is left
+of `max_tool_attempts`: each call of the round gets its first attempt, in order, before any gets a retry, and
+a call for which not even one is left is refused, so that the budget holds.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.types import Overwrite
 from pydantic import ValidationError
 
+from reinloop.breakers import tool_attempt_limit
 from reinloop.context import AgentContext
 from reinloop.state import AgentState, CallCheck, Decision, ErrorKind
 from reinloop.text import truncate
@@ -25,6 +31,7 @@ from reinloop.tools.registry import RegisteredTool
 
 __all__ = [
     "INVALID_ARGS_TEMPLATE",
+    "OVER_BUDGET_TEMPLATE",
     "PARSE_RETRY_TEMPLATE",
     "REPEATED_CALL_TEMPLATE",
     "UNKNOWN_TOOL_TEMPLATE",
@@ -40,6 +47,10 @@ REPEATED_CALL_TEMPLATE = (
     "Error: not run. {name!r} was requested with these exact arguments {count} times in the last "
     "{window} decisions, and repeating it cannot give a new result. Use what you already know: "
     "change the arguments, use another tool, or give your final answer."
+)
+OVER_BUDGET_TEMPLATE = (
+    "Error: not run. This run has made all the {limit} tool calls it may make. Give your final answer with "
+    "what you already know."
 )
 
 
@@ -60,7 +71,8 @@ def validate_args(state: AgentState, ctx: AgentContext, config: RunnableConfig) 
         thread_id = (config.get("configurable") or {}).get("thread_id")
         keys = [call_key(thread_id, seen + number, call["id"]) for number, call in enumerate(decision["calls"], 1)]
         checks, recent_calls = _check_calls(decision, keys, state.get("recent_calls") or [], ctx)
-        update["checks"] = checks
+        limit = tool_attempt_limit(state, ctx.settings)
+        update["checks"] = _allot_attempts(checks, limit, limit - state.get("tool_attempts", 0), ctx)
         update["calls_seen"] = seen + len(checks)
         update["recent_calls"] = recent_calls
     return update
@@ -90,6 +102,23 @@ def _check_calls(
     return checks, [*earlier, [check["signature"] for check in checks]]
 
 
+def _allot_attempts(checks: list[CallCheck], limit: int, left: int, ctx: AgentContext) -> list[CallCheck]:
+    """The checks with the attempts of each call ready to run, out of the `left` attempts of the run's `limit`."""
+    spare = left - sum(check["error_kind"] is None for check in checks)  # attempts left for retries
+    allotted: list[CallCheck] = []
+    for check in checks:
+        if check["error_kind"] is None and left <= 0:
+            message = OVER_BUDGET_TEMPLATE.format(limit=limit)
+            check = {**check, "error_kind": "over_budget", "error": message}
+        elif check["error_kind"] is None:
+            wanted = ctx.settings.tool_attempts if ctx.registry[check["name"]].retryable else 1
+            retries = min(wanted - 1, max(spare, 0))
+            left, spare = left - 1, spare - retries
+            check = {**check, "attempts": 1 + retries}
+        allotted.append(check)
+    return allotted
+
+
 def _check_call(call: dict[str, Any], key: str, ctx: AgentContext) -> CallCheck:
     name, args, call_id = call["name"], call.get("args") or {}, call["id"]
     entry = ctx.registry.get(name)
@@ -108,7 +137,14 @@ def _check(
     call_id: str, name: str, args: Any, signature: str, key: str, error_kind: ErrorKind | None, error: str | None
 ) -> CallCheck:
     return CallCheck(
-        call_id=call_id, name=name, args=args, signature=signature, key=key, error_kind=error_kind, error=error
+        call_id=call_id,
+        name=name,
+        args=args,
+        signature=signature,
+        key=key,
+        attempts=0,
+        error_kind=error_kind,
+        error=error,
     )
 
 

@@ -21,9 +21,10 @@ __all__ = ["POLICY_KEY", "RESERVED_TOOL_NAMES", "RegisteredTool", "ToolRegistry"
 RESERVED_TOOL_NAMES = frozenset({"final_answer"})
 
 # A tool declares its own run policy in its LangChain metadata, `{"reinloop": {"isolation": "process"}}`;
-# the arguments of `ToolRegistry.add` override it. The policy's keys and their defaults:
+# the arguments of `ToolRegistry.add` override it. The policy's keys and their defaults (`retryable` None:
+# as `idempotent`):
 POLICY_KEY = "reinloop"
-_POLICY_DEFAULTS: dict[str, Any] = {"isolation": "thread", "idempotent": True}
+_POLICY_DEFAULTS: dict[str, Any] = {"isolation": "thread", "idempotent": True, "retryable": None}
 
 
 def as_tool(obj: BaseTool | Callable[..., Any]) -> BaseTool:
@@ -54,6 +55,7 @@ class RegisteredTool:
     extra_args: bool  # whether the tool's own schema accepts arguments it does not declare
     isolation: Isolation  # where a call runs: a thread of this process, or a worker process killed at the deadline
     idempotent: bool  # whether running the same call twice has no further effect (safe to run again)
+    retryable: bool  # whether a call that raised or timed out is run again in place (AgentConfig.tool_attempts)
 
     @property
     def name(self) -> str:
@@ -108,10 +110,13 @@ def _policy(tool: BaseTool, **given: Any) -> dict[str, Any]:
             f"isolation for tool {tool.name!r} must be one of {', '.join(map(repr, ISOLATIONS))}, "
             f"got {policy['isolation']!r}"
         )
-    if not isinstance(policy["idempotent"], bool):
-        raise ConfigurationError(
-            f"idempotent for tool {tool.name!r} must be True or False, got {policy['idempotent']!r}"
-        )
+    if policy["retryable"] is None:
+        # A non-idempotent call that raised or timed out may have had its effect: running it again could
+        # make it twice.
+        policy["retryable"] = policy["idempotent"]
+    for key in ("idempotent", "retryable"):
+        if not isinstance(policy[key], bool):
+            raise ConfigurationError(f"{key} for tool {tool.name!r} must be True or False, got {policy[key]!r}")
     return policy
 
 
@@ -146,12 +151,17 @@ class ToolRegistry:
         timeout_s: float | None = None,
         isolation: Isolation | None = None,
         idempotent: bool | None = None,
+        retryable: bool | None = None,
     ) -> BaseTool:
         """Register a tool. `check_result` decides what counts as an empty result; `timeout_s` overrides
         the agent's tool timeout for this tool. A duplicate or reserved name raises `ConfigurationError`.
 
-        `isolation` and `idempotent` default to the tool's own declaration in its metadata
-        (`{"reinloop": {"isolation": "process", "idempotent": False}}`), else "thread" and True.
+        `isolation`, `idempotent` and `retryable` default to the tool's own declaration in its metadata
+        (`{"reinloop": {"isolation": "process", "idempotent": False, "retryable": False}}`), else "thread",
+        True, and for `retryable` the tool's `idempotent`. A retryable tool's call that raises or times out is
+        run again in place (`AgentConfig.tool_attempts`), with the same idempotency key; a non-idempotent
+        tool is not, since its failed call may have had its effect, unless it says `retryable=True` (it finds
+        its earlier effect by the key, or fails before any effect).
         `isolation="process"` runs each call in a warm worker process that is killed at the deadline: for
         tools that may hold the GIL (a catastrophic regex) or call `sys.exit()`. The tool and `check_result`
         are pickled to the worker, so they must be defined at module level (a `BaseTool` subclass, or
@@ -175,7 +185,7 @@ class ToolRegistry:
             and issubclass(own_schema, BaseModel)
             and own_schema.model_config.get("extra") == "allow"
         )
-        policy = _policy(lc_tool, isolation=isolation, idempotent=idempotent)
+        policy = _policy(lc_tool, isolation=isolation, idempotent=idempotent, retryable=retryable)
         if policy["isolation"] == "process":
             _require_picklable(lc_tool, check_result)
         self._tools[name] = RegisteredTool(
@@ -187,6 +197,7 @@ class ToolRegistry:
             extra_args=extra_args,
             isolation=policy["isolation"],
             idempotent=policy["idempotent"],
+            retryable=policy["retryable"],
         )
         return lc_tool
 

@@ -1,0 +1,78 @@
+"""Retrying a tool call in place: a call that raised or timed out runs again after an exponential backoff with
+jitter, up to its number of attempts, without asking the model.
+
+Only transient failures are retried: an exception (a crashed worker process included) and a timeout. An empty
+result is the tool's answer, not an accident, and validation errors never reach a tool. Each attempt is a
+whole `run_tool`: the same arguments, config and idempotency key, its own full timeout, and for a
+process-isolated tool its own worker, killed at the deadline. The backoff and its jitter are tenacity's.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_attempt, wait_exponential_jitter
+
+from reinloop.state import ErrorKind
+from reinloop.tools.execution import ToolRun, run_tool
+from reinloop.tools.registry import RegisteredTool
+
+__all__ = ["TRANSIENT", "Backoff", "run_with_retries"]
+
+# The error kinds of a `ToolRun` that another attempt may fix.
+TRANSIENT: frozenset[ErrorKind] = frozenset({"tool_error", "timeout"})
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """The wait before retry n (from 1): `first_s` * 2**(n - 1) plus a jitter of up to `first_s`, at most
+    `max_s`."""
+
+    first_s: float
+    max_s: float
+
+
+def pause(seconds: float) -> None:
+    """How a retry waits; tests replace it to see the waits without sleeping."""
+    time.sleep(seconds)
+
+
+def run_with_retries(
+    entry: RegisteredTool,
+    args: dict[str, Any],
+    timeout_s: float,
+    config: RunnableConfig | None,
+    *,
+    attempts: int,
+    backoff: Backoff,
+) -> tuple[ToolRun, int]:
+    """Run the call up to `attempts` times while it fails transiently; the last run, and how many were made.
+
+    Exceptions that `run_tool` lets through (LangGraph control flow, an interrupt of this thread) end the
+    retries and propagate.
+    """
+    retrying = Retrying(
+        stop=stop_after_attempt(attempts),
+        wait=wait_exponential_jitter(multiplier=backoff.first_s, max=backoff.max_s, jitter=backoff.first_s),
+        retry=retry_if_result(_transient),
+        retry_error_callback=_last_run,
+        # Looked up at each call, so that a test's replacement is used.
+        sleep=lambda seconds: pause(seconds),
+    )
+    run: ToolRun = retrying(run_tool, entry, args, timeout_s, config)
+    return run, int(retrying.statistics["attempt_number"])
+
+
+def _transient(run: ToolRun) -> bool:
+    return run.error_kind in TRANSIENT
+
+
+def _last_run(state: RetryCallState) -> ToolRun:
+    # The attempts ran out: the last failure is the outcome, rather than tenacity's RetryError. tenacity
+    # calls this only after an attempt, which set the outcome.
+    assert state.outcome is not None
+    run: ToolRun = state.outcome.result()
+    return run
