@@ -156,7 +156,8 @@ def call_with_timeout(fn: Callable[[], T], timeout_s: float) -> T:
     if not finished.wait(timeout_s) or outcome["finished_at"] - started_at > timeout_s:
         raise ToolTimeoutError(f"no result within {timeout_s:g} s")
     if "error" not in outcome:
-        return outcome["value"]
+        value: T = outcome["value"]
+        return value
     error = outcome["error"]
     if isinstance(error, Exception):
         raise error
@@ -203,11 +204,11 @@ def _run_in_process(
 def _main_guard_hint() -> str:
     # The commonest cause: workers import the main script, and a script without the guard starts its agent
     # again in every worker.
-    main = sys.modules.get("__main__")
-    if getattr(main, "__file__", None) is None:
+    script = getattr(sys.modules.get("__main__"), "__file__", None)
+    if script is None:
         return ""
     return (
-        f'; if {main.__file__} runs an agent, keep that code under `if __name__ == "__main__":`, since '
+        f'; if {script} runs an agent, keep that code under `if __name__ == "__main__":`, since '
         "worker processes import the main script"
     )
 
