@@ -23,7 +23,9 @@ RESERVED_TOOL_NAMES = frozenset({"final_answer"})
 # A tool declares its own run policy in its LangChain metadata, `{"reinloop": {"isolation": "process"}}`;
 # the arguments of `ToolRegistry.add` override it. The policy's keys and their defaults:
 POLICY_KEY = "reinloop"
-_POLICY_DEFAULTS: dict[str, Any] = {"isolation": "thread", "idempotent": True}
+_POLICY_DEFAULTS: dict[str, Any] = {"isolation": "thread", "idempotent": True, "cacheable": True}
+# The policy keys whose values are True or False.
+_FLAGS = ("idempotent", "cacheable")
 
 
 def as_tool(obj: BaseTool | Callable[..., Any]) -> BaseTool:
@@ -54,6 +56,9 @@ class RegisteredTool:
     extra_args: bool  # whether the tool's own schema accepts arguments it does not declare
     isolation: Isolation  # where a call runs: a thread of this process, or a worker process killed at the deadline
     idempotent: bool  # whether running the same call twice has no further effect (safe to run again)
+    # whether an identical call soon after a success may be answered with that result instead of running:
+    # False for a tool whose result changes with time or with other calls' effects (a clock, a file read)
+    cacheable: bool
 
     @property
     def name(self) -> str:
@@ -83,10 +88,9 @@ def _policy(tool: BaseTool, **given: Any) -> dict[str, Any]:
             f"isolation for tool {tool.name!r} must be one of {', '.join(map(repr, ISOLATIONS))}, "
             f"got {policy['isolation']!r}"
         )
-    if not isinstance(policy["idempotent"], bool):
-        raise ConfigurationError(
-            f"idempotent for tool {tool.name!r} must be True or False, got {policy['idempotent']!r}"
-        )
+    for flag in _FLAGS:
+        if not isinstance(policy[flag], bool):
+            raise ConfigurationError(f"{flag} for tool {tool.name!r} must be True or False, got {policy[flag]!r}")
     return policy
 
 
@@ -121,12 +125,16 @@ class ToolRegistry:
         timeout_s: float | None = None,
         isolation: Isolation | None = None,
         idempotent: bool | None = None,
+        cacheable: bool | None = None,
     ) -> BaseTool:
         """Register a tool. `check_result` decides what counts as an empty result; `timeout_s` overrides
         the agent's tool timeout for this tool. A duplicate or reserved name raises `ConfigurationError`.
 
-        `isolation` and `idempotent` default to the tool's own declaration in its metadata
-        (`{"reinloop": {"isolation": "process", "idempotent": False}}`), else "thread" and True.
+        `isolation`, `idempotent` and `cacheable` default to the tool's own declaration in its metadata
+        (`{"reinloop": {"isolation": "process", "idempotent": False, "cacheable": False}}`), else "thread",
+        True and True. `cacheable=False` is for a tool whose result changes with time or with other calls'
+        effects (a clock, a file read): an identical call soon after a success runs again instead of being
+        answered with the earlier result.
         `isolation="process"` runs each call in a warm worker process that is killed at the deadline: for
         tools that may hold the GIL (a catastrophic regex) or call `sys.exit()`. The tool and `check_result`
         are pickled to the worker, so they must be defined at module level (a `BaseTool` subclass, or
@@ -150,7 +158,7 @@ class ToolRegistry:
             and issubclass(own_schema, BaseModel)
             and own_schema.model_config.get("extra") == "allow"
         )
-        policy = _policy(lc_tool, isolation=isolation, idempotent=idempotent)
+        policy = _policy(lc_tool, isolation=isolation, idempotent=idempotent, cacheable=cacheable)
         if policy["isolation"] == "process":
             _require_picklable(lc_tool, check_result)
         self._tools[name] = RegisteredTool(
@@ -162,6 +170,7 @@ class ToolRegistry:
             extra_args=extra_args,
             isolation=policy["isolation"],
             idempotent=policy["idempotent"],
+            cacheable=policy["cacheable"],
         )
         return lc_tool
 
