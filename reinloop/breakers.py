@@ -9,7 +9,7 @@ To add a finish reason:
 1. add its name to `FinishReason` in `reinloop/state.py` (`FINISH_REASONS` follows by `get_args`);
 2. add one `Breaker` to `BREAKERS` below, where its priority puts it. Its template may use the placeholders
    `circuit_break` fills: {iteration}, {tokens}, {budget}, {errors}, {threshold}, {last_error},
-   {max_repeats}, {loop_window}, {repeated}.
+   {max_repeats}, {loop_window}, {repeats_after_feedback}, {repeated}.
 Nothing else changes: the router sends every reason but `answered` to `circuit_break`, and the CLI reads the
 exit code from here. Importing this module checks that the table and `FinishReason` agree.
 """
@@ -43,8 +43,9 @@ def _answered(state: AgentState, settings: AgentConfig) -> bool:
 
 
 def _dead_loop(state: AgentState, settings: AgentConfig) -> bool:
-    # validate_args refused a repeated call this round, before it ran.
-    return any(check["error_kind"] == "repeated_call" for check in state.get("checks", []))
+    # validate_args refused a call this round that the model kept repeating after it was answered from cache
+    # or refused (`reinloop.repeats`, rule 1).
+    return any(check["error_kind"] == "repeat_after_feedback" for check in state.get("checks", []))
 
 
 def _error_streak(state: AgentState, settings: AgentConfig) -> bool:
@@ -66,8 +67,8 @@ BREAKERS: tuple[Breaker, ...] = (
     Breaker(
         "dead_loop",
         _dead_loop,
-        "Stopped: a dead loop. The same call was requested more than {max_repeats} times within "
-        "{loop_window} decisions: {repeated}",
+        "Stopped: a dead loop. The same call was repeated more than {repeats_after_feedback} times after it "
+        "was answered from cache or refused, within {loop_window} decisions: {repeated}",
         exit_code=5,
     ),
     Breaker(

@@ -1,16 +1,18 @@
 """The compiled graph run end to end with the scripted model and a checkpointer: one test per edge."""
 
 import asyncio
+import itertools
 
 import pytest
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-from langchain_core.tools import tool
+from langchain_core.tools import ToolException, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command, interrupt
 
 from reinloop import AgentConfig, AgentInput, ConfigurationError, InputError, build_agent
 from reinloop.memory import pairing_violations
+from reinloop.repeats import CACHED_RESULT_TEMPLATE
 from reinloop.testing import ScriptedChatModel, ScriptExhaustedError, json_action, parallel_calls, tool_call
 from tests.conftest import THREAD, add, explode, lookup, make_agent
 
@@ -135,15 +137,93 @@ def test_a_real_success_resets_the_error_streak():
     assert agent.invoke({"task": "t"}, THREAD)["finish_reason"] == "answered"
 
 
-def test_dead_loop_is_caught_before_the_offending_repeat_runs():
+def test_an_identical_call_after_a_success_is_answered_from_cache_without_running():
     fetch, runs = counting_tool()
-    agent, _ = make_agent([tool_call("fetch", {"page": 1})] * 3, tools=[fetch], loop_window=3, max_repeats=2)
+    agent, model = make_agent([tool_call("fetch", {"page": 1})] * 2 + ["done"], tools=[fetch])
     result = agent.invoke({"task": "t"}, THREAD)
-    assert result["finish_reason"] == "dead_loop"
-    assert runs == [1, 1]  # the third identical call never ran
+    assert result["finish_reason"] == "answered" and runs == [1]  # the second call never ran
+    first, second = tool_messages(result)
+    assert second.content == CACHED_RESULT_TEMPLATE.format(result=first.content) and second.status == "success"
+    assert second.tool_call_id == result["messages"][-3].tool_calls[0]["id"]  # the result of that call
+    assert model.calls[2].messages[-1].content == second.content
+
+
+def test_a_tool_that_opted_out_of_the_cache_runs_again():
+    fetch, runs = counting_tool()
+    fetch.metadata = {"reinloop": {"cacheable": False}}
+    agent, model = make_agent([tool_call("fetch", {"page": 1})] * 2 + ["done"], tools=[fetch])
+    assert agent.invoke({"task": "t"}, THREAD)["finish_reason"] == "answered"
+    assert runs == [1, 1] and model.calls[2].messages[-1].content == "page 1: nothing new"
+
+
+@pytest.mark.parametrize("max_repeats", [1, 2])
+def test_an_identical_call_after_a_failure_is_refused_once_it_exceeds_max_repeats(max_repeats):
+    runs = []
+
+    @tool
+    def flaky(page: int) -> str:
+        """Fetch a page from a service that is down."""
+        runs.append(page)
+        raise ToolException("the service is down")
+
+    script = [tool_call("flaky", {"page": 1})] * (max_repeats + 1) + ["gave up"]
+    agent, _ = make_agent(script, tools=[flaky], max_repeats=max_repeats, error_threshold=10)
+    result = agent.invoke({"task": "t"}, THREAD)
+    assert runs == [1] * max_repeats  # the model may retry up to max_repeats; the next one never runs
     refused = tool_messages(result)[-1]
-    assert refused.status == "error" and "not run" in refused.content
+    assert refused.status == "error" and refused.content.startswith("Error: not run")
+    assert "and it failed" in refused.content and "Change the arguments, use another tool" in refused.content
+    assert (result["finish_reason"], result["consecutive_errors"]) == ("answered", max_repeats + 1)
+
+
+@pytest.mark.parametrize("repeats_after_feedback", [0, 1, 2])
+def test_dead_loop_trips_only_after_the_allowed_repeats_after_feedback(repeats_after_feedback):
+    fetch, runs = counting_tool()
+    calls = 2 + repeats_after_feedback  # a run, the feedback (an answer from cache), the allowed repeats
+    script = [tool_call("fetch", {"page": 1})] * (calls + 1)
+    agent, model = make_agent(script, tools=[fetch], repeats_after_feedback=repeats_after_feedback, loop_window=5)
+    result = agent.invoke({"task": "t"}, THREAD)
+    assert (result["finish_reason"], result["iteration"], runs) == ("dead_loop", calls + 1, [1])
+    assert model.remaining == 0
+    observations = [call.messages[-1] for call in model.calls[1:]]
+    assert observations[0].content == "page 1: nothing new"  # the run, then answers from cache
+    assert all(m.status == "success" and m.content.startswith("Not run again") for m in observations[1:])
+    refused = tool_messages(result)[-1]
+    assert refused.status == "error" and "ends the run as a dead loop" in refused.content
     assert "dead loop" in result["messages"][-1].content
+    assert pairing_violations(result["messages"][:-1]) == []
+
+
+def test_a_failing_call_repeated_ends_as_a_dead_loop_after_its_refusal_and_the_allowed_repeat():
+    script = [tool_call("explode", {"reason": "x"})] * 5
+    agent, model = make_agent(script, error_threshold=10)
+    result = agent.invoke({"task": "t"}, THREAD)
+    seen = [call.messages[-1].content.split(".")[0] for call in model.calls[1:]] + [tool_messages(result)[-1].content]
+    assert seen[:4] == ["Error: 'explode' failed: ZeroDivisionError: division by zero"] * 2 + ["Error: not run"] * 2
+    assert "ends the run as a dead loop" in seen[4]
+    assert (result["finish_reason"], result["iteration"]) == ("dead_loop", 5)
+
+
+def test_the_repeat_guards_work_with_the_json_protocol():
+    fetch, runs = counting_tool()
+    script = [json_action("fetch", {"page": 1})] * 2 + [json_action("final_answer", "nothing new")]
+    agent, model = make_agent(script, tools=[fetch], protocol="json")
+    result = agent.invoke({"task": "t"}, THREAD)
+    assert result["finish_reason"] == "answered" and runs == [1]
+    assert model.calls[2].messages[-1].content == "Observation: " + CACHED_RESULT_TEMPLATE.format(
+        result="page 1: nothing new"
+    )
+
+
+def test_a_continued_thread_answers_from_the_cache_in_its_saved_state(saver):
+    fetch, runs = counting_tool()
+    first, _ = make_agent([tool_call("fetch", {"page": 1})], tools=[fetch], checkpointer=saver)
+    first.invoke({"task": "t"}, THREAD, interrupt_after=["check_finish"])
+    # another agent (another process, say) continues the saved thread: it knows the call only from state
+    second, _ = make_agent([tool_call("fetch", {"page": 1}), "done"], tools=[fetch], checkpointer=saver)
+    result = second.invoke(None, THREAD)
+    assert result["finish_reason"] == "answered" and runs == [1]
+    assert tool_messages(result)[-1].content.startswith("Not run again")
 
 
 def test_different_arguments_are_not_a_dead_loop():
@@ -316,8 +396,9 @@ def test_explode_is_reported_not_raised():
 
 def test_the_iteration_guard_trips_before_langgraphs_recursion_limit():
     # 1700 rounds take more than LangGraph's default 10,007 steps: the agent's own guard must end the run.
-    model = ScriptedChatModel(respond=lambda messages: tool_call("add", {"a": len(messages), "b": 0}))
-    agent = build_agent(model, [add], config=AgentConfig(max_iterations=1700, max_repeats=10_000))
+    numbers = itertools.count()
+    model = ScriptedChatModel(respond=lambda messages: tool_call("add", {"a": next(numbers), "b": 0}))
+    agent = build_agent(model, [add], config=AgentConfig(max_iterations=1700))
     result = agent.invoke({"task": "t"})
     assert (result["finish_reason"], result["iteration"]) == ("max_iterations", 1700)
 

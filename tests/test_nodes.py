@@ -7,7 +7,8 @@ from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, Syst
 from langgraph.types import Overwrite
 
 from reinloop.nodes import check_finish, circuit_break, compress_memory, decide, execute_tool, observe, validate_args
-from reinloop.state import CallCheck, ToolOutcome, act, answer, unparsable
+from reinloop.repeats import CACHED_RESULT_TEMPLATE
+from reinloop.state import CallCheck, CallRecord, ToolOutcome, act, answer, unparsable
 from reinloop.testing import ScriptedChatModel, tool_call
 from reinloop.tools import ToolRegistry, accept_any
 from tests.conftest import THREAD, add, explode, lookup, make_context
@@ -95,13 +96,13 @@ def test_validate_args_unparsable_without_retries_gives_up_the_retry():
 
 def test_validate_args_accepts_valid_calls_and_records_canonical_signatures():
     ctx = make_context()
-    state = {"decision": act([call("add", {"b": "2", "a": 1})]), "recent_calls": [], "parse_retries": 1}
+    state = {"decision": act([call("add", {"b": "2", "a": 1})]), "call_window": [], "parse_retries": 1}
     update = frozen_call(validate_args, state, ctx, THREAD)
     (checked,) = update["checks"]
     assert checked["error_kind"] is None
     # coerced and sorted: the same call however the model spells it
     assert checked["signature"] == 'add{"a": 1, "b": 2}'
-    assert update["recent_calls"] == [['add{"a": 1, "b": 2}']]
+    assert "call_window" not in update  # observe records what became of the call
     assert update["parse_retries"] == 0
 
 
@@ -118,7 +119,7 @@ def test_validate_args_accepts_valid_calls_and_records_canonical_signatures():
 )
 def test_validate_args_rejects_bad_calls_with_actionable_feedback(name, args, kind, mentions):
     ctx = make_context()
-    update = validate_args({"decision": act([call(name, args)]), "recent_calls": []}, ctx, THREAD)
+    update = validate_args({"decision": act([call(name, args)]), "call_window": []}, ctx, THREAD)
     (checked,) = update["checks"]
     assert checked["error_kind"] == kind
     for text in mentions:
@@ -142,17 +143,54 @@ def test_validate_args_lets_schemas_that_allow_extra_arguments_have_them():
     assert update["checks"][0]["error_kind"] is None
 
 
+SIG = 'add{"a": 1, "b": 2}'
+
+
+def rec(outcome, result=None, signature=SIG):
+    return CallRecord(signature=signature, outcome=outcome, result=result)
+
+
+def judged(window, tools=(add, lookup, explode), calls=None, **config):
+    ctx = make_context(tools=tools, **config)
+    state = {"decision": act(calls or [call("add", {"a": 1, "b": 2})]), "call_window": window}
+    return frozen_call(validate_args, state, ctx, THREAD)["checks"]
+
+
 def test_validate_args_refuses_the_repeat_that_exceeds_max_repeats_within_the_window():
-    ctx = make_context(loop_window=3, max_repeats=2)
-    sig = 'add{"a": 1, "b": 2}'
-    state = {"decision": act([call("add", {"a": 1, "b": 2})]), "recent_calls": [[sig], [sig]]}
-    (checked,) = validate_args(state, ctx, THREAD)["checks"]
-    assert checked["error_kind"] == "repeated_call" and "3 times in the last 3 decisions" in checked["error"]
-    # outside the window the old calls no longer count
-    state = {**state, "recent_calls": [[sig], [sig], ['lookup{"key": "x"}'], ['lookup{"key": "y"}']]}
-    update = validate_args(state, ctx, THREAD)
-    assert update["checks"][0]["error_kind"] is None
-    assert len(update["recent_calls"]) == 3
+    (checked,) = judged([[rec("failed")], [rec("failed")]], loop_window=3, max_repeats=2)
+    assert checked["error_kind"] == "repeated_call" and checked.get("cached") is None
+    assert "3 times in the last 3 decisions, and it failed" in checked["error"]
+    # below max_repeats a failed call may run again; outside the window the old calls no longer count
+    assert judged([[rec("failed")]], loop_window=3, max_repeats=2)[0]["error_kind"] is None
+    other = rec("ok", "x", signature='lookup{"key": "x"}')
+    (checked,) = judged([[rec("failed")], [rec("failed")], [other], [other]], loop_window=3, max_repeats=2)
+    assert checked["error_kind"] is None
+
+
+def test_validate_args_answers_an_identical_call_after_a_success_from_cache():
+    (checked,) = judged([[rec("ok", "3")], [rec("failed", signature="other")]], loop_window=3)
+    assert (checked["error_kind"], checked["cached"]) == (None, "3")
+    # the latest outcome counts: a success after a failure, and a failure after a success
+    assert judged([[rec("failed")], [rec("ok", "3")]])[0]["cached"] == "3"
+    assert judged([[rec("ok", "3")], [rec("failed")]])[0].get("cached") is None
+    # out of the window, or a tool that opted out: the call runs
+    assert judged([[rec("ok", "3")], [], []], loop_window=3)[0].get("cached") is None
+    registry = ToolRegistry()
+    registry.add(add, cacheable=False)
+    assert judged([[rec("ok", "3")]], tools=registry)[0] == judged([], tools=registry)[0]
+
+
+def test_validate_args_ends_a_repeat_after_more_feedback_than_allowed_as_a_dead_loop():
+    window = [[rec("ok", "3")], [rec("cached", "3")]]
+    assert judged(window, repeats_after_feedback=1)[0]["cached"] == "3"  # one repeat after the feedback
+    (checked,) = judged(window, repeats_after_feedback=0)
+    assert checked["error_kind"] == "repeat_after_feedback" and "ends the run as a dead loop" in checked["error"]
+    (checked,) = judged([[rec("refused")], [rec("refused")]], repeats_after_feedback=1)
+    assert checked["error_kind"] == "repeat_after_feedback"
+    # within one decision: the third identical call after a success is the second repeat after feedback
+    calls = [call("add", {"a": 1, "b": 2}, f"c{n}") for n in range(3)]
+    kinds = [(c["error_kind"], c.get("cached")) for c in judged([[rec("ok", "3")]], calls=calls)]
+    assert kinds == [(None, "3"), (None, "3"), ("repeat_after_feedback", None)]
 
 
 def test_validate_args_final_answer_has_no_checks():
@@ -214,6 +252,41 @@ def test_observe_answers_every_call_in_order_and_counts_errors():
     assert [m.status for m in messages] == ["success", "error", "error"]
     assert [m.content for m in messages] == ["3", "Error: unknown", "Error: failed"]
     assert update["consecutive_errors"] == 2  # success reset 1 -> 0, then two errors
+
+
+def test_observe_sends_answers_from_cache_and_refusals_and_records_what_became_of_each_call():
+    checks = [
+        {**check("add", {}, "c1"), "cached": "4"},
+        check("add", {}, "c2", "repeated_call", "Error: not run"),
+        check("lookup", {}, "c3"),
+        check("explode", {}, "c4"),
+    ]
+    results = [
+        ToolOutcome(call_id="c3", name="lookup", content="Paris", error_kind=None),
+        ToolOutcome(call_id="c4", name="explode", content="Error: boom", error_kind="tool_error"),
+    ]
+    earlier = [[rec("ok", "x", signature=f"s{n}")] for n in range(3)]
+    state = {"decision": act([]), "checks": checks, "tool_results": results, "call_window": earlier}
+    update = frozen_call(observe, state, make_context(loop_window=3))
+    assert [(m.content, m.status) for m in update["messages"]] == [
+        (CACHED_RESULT_TEMPLATE.format(result="4"), "success"),
+        ("Error: not run", "error"),
+        ("Paris", "success"),
+        ("Error: boom", "error"),
+    ]
+    assert CACHED_RESULT_TEMPLATE.format(result="4").endswith("\n4")
+    assert update["call_window"] == [
+        *earlier[-2:],
+        [
+            rec("cached", "4", "add"),
+            rec("refused", None, "add"),
+            rec("ok", "Paris", "lookup"),
+            rec("failed", None, "explode"),
+        ],
+    ]
+    # an answer from cache is neither an error nor a real success: the streak is left as it was
+    state = {"decision": act([]), "checks": checks[:1], "tool_results": [], "consecutive_errors": 2}
+    assert observe(state, make_context())["consecutive_errors"] == 2
 
 
 def test_observe_sends_outcomes_as_execute_tool_stored_them():
@@ -305,7 +378,8 @@ def test_compress_memory_survives_a_failing_summarizer():
     ("state", "reason"),
     [
         ({"decision": answer("42"), "iteration": 19}, "answered"),
-        ({"decision": act([]), "checks": [check("add", {}, error_kind="repeated_call")]}, "dead_loop"),
+        ({"decision": act([]), "checks": [check("add", {}, error_kind="repeat_after_feedback")]}, "dead_loop"),
+        ({"decision": act([]), "checks": [check("add", {}, error_kind="repeated_call")]}, None),
         ({"decision": act([]), "checks": [], "consecutive_errors": 3}, "error_streak"),
         ({"decision": act([]), "checks": [], "iteration": 19, "iterations_left": 1}, "max_iterations"),
         ({"decision": act([]), "checks": [], "iteration": 0}, None),
@@ -316,6 +390,7 @@ def test_compress_memory_survives_a_failing_summarizer():
     ids=[
         "answer-wins-on-last-round",
         "dead-loop",
+        "refused-repeat-goes-on",
         "error-streak",
         "max-iterations",
         "first-round",
@@ -352,9 +427,7 @@ def test_circuit_break_explains_the_reason_and_how_to_resume(reason, mentions):
         "iteration": 4,
         "consecutive_errors": 3,
         "messages": [ToolMessage("Error: boom", tool_call_id="c1", status="error")],
-        "checks": [
-            CallCheck(call_id="c1", name="add", args={}, signature='add{"a": 1}', error_kind="repeated_call", error="x")
-        ],
+        "checks": [{**check("add", {}, error_kind="repeat_after_feedback", error="x"), "signature": 'add{"a": 1}'}],
     }
     (message,) = frozen_call(circuit_break, state, make_context())["messages"]
     assert mentions in message.content and "reinloop.resume" in message.content

@@ -3,9 +3,9 @@
 Reads `iteration` and `iterations_left`, and what the breakers' predicates read (`reinloop.breakers`):
 `decision`, `checks`, `consecutive_errors`, `usage`. Writes `iteration`, `iterations_left` (left as it was
 when answered), `finish_reason` and `final_answer` (None unless answered). Outcomes: the first entry of
-`BREAKERS` that trips, in table order: answered; dead_loop (a repeated call was refused this round, before
-it ran); error_streak; token_budget (`usage` reached `run_token_budget`); max_iterations; or go on
-(`finish_reason` None).
+`BREAKERS` that trips, in table order: answered; dead_loop (a call the model kept repeating after it was
+answered from cache or refused was refused this round, before it ran); error_streak; token_budget (`usage`
+reached `run_token_budget`); max_iterations; or go on (`finish_reason` None).
 """
 
 from __future__ import annotations

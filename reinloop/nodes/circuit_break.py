@@ -41,8 +41,9 @@ def circuit_break(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
         last_error=_last_error(state),
         max_repeats=ctx.settings.max_repeats,
         loop_window=ctx.settings.loop_window,
+        repeats_after_feedback=ctx.settings.repeats_after_feedback,
         repeated=", ".join(
-            check["signature"] for check in state.get("checks", []) if check["error_kind"] == "repeated_call"
+            check["signature"] for check in state.get("checks", []) if check["error_kind"] == "repeat_after_feedback"
         ),
     )
     return {"messages": [AIMessage(text + RESUME_ADVICE, name="circuit_break")]}

@@ -1,9 +1,11 @@
 """observe: turn this round's checks and outcomes into observations for the model.
 
-Reads `decision`, `checks`, `tool_results`, `consecutive_errors`. Writes `messages` (exactly one
-`ToolMessage` per requested call, in the order requested, rejected calls included, each outcome as
-execute_tool stored it, tool output already cut; or one note when the reply could not be parsed) and
-`consecutive_errors` (each error adds one, a real success resets it).
+Reads `decision`, `checks`, `tool_results`, `consecutive_errors`, `call_window`. Writes `messages` (exactly
+one `ToolMessage` per requested call, in the order requested, rejected calls and answers from cache
+included, each outcome as execute_tool stored it, tool output already cut; or one note when the reply could
+not be parsed), `consecutive_errors` (each error, refusals included, adds one; a real tool success resets
+it; an answer from cache leaves it as it is) and `call_window` (what became of each call, for the repeat
+guards of `reinloop.repeats`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
 
 from reinloop.context import AgentContext
 from reinloop.errors import InvariantError
-from reinloop.state import AgentState
+from reinloop.repeats import CACHED_RESULT_TEMPLATE, advance_window, record
+from reinloop.state import AgentState, CallCheck, CallRecord, ErrorKind, ToolOutcome
 
 __all__ = ["PARSE_FAILED_TEMPLATE", "observe"]
 
@@ -29,22 +32,37 @@ def observe(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
         return {"messages": [HumanMessage(note)], "consecutive_errors": errors + 1}
     outcomes = {outcome["call_id"]: outcome for outcome in state.get("tool_results", [])}
     messages: list[BaseMessage] = []
+    records: list[CallRecord] = []
     for check in state.get("checks", []):
-        call_id = check["call_id"]
-        if check["error_kind"] is None:
-            outcome = outcomes.get(call_id)
-            if outcome is None:
-                raise InvariantError(f"tool call {call_id!r} ({check['name']!r}) was validated but has no outcome")
-            content, error_kind = outcome["content"], outcome["error_kind"]
-        else:
-            content, error_kind = check["error"] or "", check["error_kind"]
+        outcome = _outcome(check, outcomes)
+        content, error_kind = _observation(check, outcome)
         messages.append(
             ToolMessage(
-                content,
-                tool_call_id=call_id,
-                name=check["name"],
-                status="error" if error_kind else "success",
+                content, tool_call_id=check["call_id"], name=check["name"], status="error" if error_kind else "success"
             )
         )
-        errors = errors + 1 if error_kind else 0
-    return {"messages": messages, "consecutive_errors": errors}
+        records.append(record(check, outcome))
+        if error_kind is not None:
+            errors += 1
+        elif outcome is not None:  # a real tool success; an answer from cache is not one
+            errors = 0
+    window = advance_window(state.get("call_window") or [], records, ctx.settings.loop_window)
+    return {"messages": messages, "consecutive_errors": errors, "call_window": window}
+
+
+def _outcome(check: CallCheck, outcomes: dict[str, ToolOutcome]) -> ToolOutcome | None:
+    """The run's outcome of a call that was to run; None for a call that did not run."""
+    if check["error_kind"] is not None or check.get("cached") is not None:
+        return None
+    outcome = outcomes.get(check["call_id"])
+    if outcome is None:
+        raise InvariantError(f"tool call {check['call_id']!r} ({check['name']!r}) was validated but has no outcome")
+    return outcome
+
+
+def _observation(check: CallCheck, outcome: ToolOutcome | None) -> tuple[str, ErrorKind | None]:
+    if outcome is not None:
+        return outcome["content"], outcome["error_kind"]
+    if (cached := check.get("cached")) is not None:
+        return CACHED_RESULT_TEMPLATE.format(result=cached), None
+    return check["error"] or "", check["error_kind"]

@@ -1,16 +1,16 @@
 """validate_args: check every requested call before anything runs.
 
-Reads `decision`, `parse_retries`, `recent_calls`, `calls_seen`. Writes `checks` (each with its
-idempotency key), `recent_calls`, `calls_seen`, `parse_retries`, `correction`, and resets `tool_results`.
+Reads `decision`, `parse_retries`, `call_window`, `calls_seen`. Writes `checks` (each with its
+idempotency key), `calls_seen`, `parse_retries`, `correction`, and resets `tool_results`.
 Outcomes: a correction hint for a retry of an unparsable reply; exhausted retries (observe reports the
-parse error); a final answer; and for tool calls one `CallCheck` each, either ready to run or rejected as
-unknown tool, invalid arguments, or a repeated call (dead loop).
+parse error); a final answer; and for tool calls one `CallCheck` each, judged by the repeat guards
+(`reinloop.repeats`): ready to run, answered from cache (an identical call succeeded recently), or rejected
+as unknown tool, invalid arguments, a repeated call (feedback) or a repeat after that feedback (dead loop).
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -18,6 +18,7 @@ from langgraph.types import Overwrite
 from pydantic import ValidationError
 
 from reinloop.context import AgentContext
+from reinloop.repeats import RepeatGuard
 from reinloop.state import AgentState, CallCheck, Decision, ErrorKind
 from reinloop.text import truncate
 from reinloop.tools.effects import call_key
@@ -26,7 +27,6 @@ from reinloop.tools.registry import RegisteredTool
 __all__ = [
     "INVALID_ARGS_TEMPLATE",
     "PARSE_RETRY_TEMPLATE",
-    "REPEATED_CALL_TEMPLATE",
     "UNKNOWN_TOOL_TEMPLATE",
     "validate_args",
 ]
@@ -38,11 +38,6 @@ UNKNOWN_TOOL_TEMPLATE = "Error: {name!r} is not a valid tool. Call one of [{avai
 INVALID_ARGS_TEMPLATE = (
     "Error: invalid arguments for {name!r}: {problems}. "
     "Call {name!r} again with arguments that match its schema: {schema}"
-)
-REPEATED_CALL_TEMPLATE = (
-    "Error: not run. {name!r} was requested with these exact arguments {count} times in the last "
-    "{window} decisions, and repeating it cannot give a new result. Use what you already know: "
-    "change the arguments, use another tool, or give your final answer."
 )
 
 
@@ -62,10 +57,10 @@ def validate_args(state: AgentState, ctx: AgentContext, config: RunnableConfig) 
         seen = state.get("calls_seen", 0)
         thread_id = (config.get("configurable") or {}).get("thread_id")
         keys = [call_key(thread_id, seen + number, call["id"]) for number, call in enumerate(decision["calls"], 1)]
-        checks, recent_calls = _check_calls(decision, keys, state.get("recent_calls") or [], ctx)
+        guard = RepeatGuard.over(state.get("call_window") or [], ctx.settings, ctx.registry)
+        checks = [guard.judge(_check_call(call, key, ctx)) for call, key in zip(decision["calls"], keys, strict=True)]
         update["checks"] = checks
         update["calls_seen"] = seen + len(checks)
-        update["recent_calls"] = recent_calls
     return update
 
 
@@ -74,23 +69,6 @@ def _correction(decision: Decision, ctx: AgentContext) -> str:
     return PARSE_RETRY_TEMPLATE.format(
         error=decision["error"], raw=decision["raw"] or "(empty)", expected=ctx.protocol.expected_format
     )
-
-
-def _check_calls(
-    decision: Decision, keys: list[str], recent_calls: list[list[str]], ctx: AgentContext
-) -> tuple[list[CallCheck], list[list[str]]]:
-    window = ctx.settings.loop_window
-    earlier = recent_calls[len(recent_calls) - (window - 1) :] if window > 1 else []
-    seen = Counter(signature for calls in earlier for signature in calls)
-    checks: list[CallCheck] = []
-    for call, key in zip(decision["calls"], keys, strict=True):
-        check = _check_call(call, key, ctx)
-        seen[check["signature"]] += 1
-        if seen[check["signature"]] > ctx.settings.max_repeats:
-            message = REPEATED_CALL_TEMPLATE.format(name=check["name"], count=seen[check["signature"]], window=window)
-            check = {**check, "error_kind": "repeated_call", "error": message}
-        checks.append(check)
-    return checks, [*earlier, [check["signature"] for check in checks]]
 
 
 def _check_call(call: dict[str, Any], key: str, ctx: AgentContext) -> CallCheck:
