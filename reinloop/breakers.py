@@ -49,7 +49,15 @@ def _dead_loop(state: AgentState, settings: AgentConfig) -> bool:
 
 
 def _error_streak(state: AgentState, settings: AgentConfig) -> bool:
-    return state.get("consecutive_errors", 0) >= settings.error_threshold
+    errors = state.get("consecutive_errors", 0)
+    if errors < settings.error_threshold:
+        return False
+    if not settings.error_reflection:
+        return True
+    # check_finish grants one reflection turn when the streak first reaches the threshold; the breaker trips
+    # when errors continue after it (an answer from cache leaves the count as it was).
+    reflected_at = state.get("reflected_at")
+    return reflected_at is not None and errors > reflected_at
 
 
 def _token_budget(state: AgentState, settings: AgentConfig) -> bool:

@@ -41,7 +41,15 @@ class AgentConfig(BaseModel):
         ge=1,
         description=(
             "Consecutive errors of any kind (refused repeats included) that end the run as error_streak; a real "
-            "tool success resets the count."
+            "tool success resets the count. With error_reflection, reaching it first grants one reflection turn."
+        ),
+    )
+    error_reflection: bool = Field(
+        True,
+        description=(
+            "When the error count first reaches error_threshold, the next decision is shown what failed (one "
+            "line per error) and asked for a different approach; error_streak trips only if errors continue. "
+            "False: error_streak trips at the threshold."
         ),
     )
     max_parse_retries: int = Field(

@@ -5,10 +5,13 @@ START -> decide -> validate_args --ok--> execute_tool -> observe -> compress_mem
                       |  \\--parse error, retry left--> decide          (retry edge)
                       |--invalid / refused / cached--> observe         (error-feedback edge)
                       \\--final answer--> check_finish
-check_finish --continue--> decide
+check_finish --continue (or reflect)--> decide
 check_finish --breaker tripped--> circuit_break -> END                 (circuit-break edge)
 check_finish --answered--> END
 ```
+"reflect" is the continue edge with `reflection` set in state: when the error streak first reaches its
+limit, check_finish grants one reflection turn instead of tripping error_streak, and decide shows the model
+what failed at the end of its next prompt.
 """
 
 from __future__ import annotations
@@ -114,7 +117,7 @@ def route_after_check_finish(state: AgentState) -> AfterCheckFinish:
     # 2. A breaker tripped: end gracefully, resumably (circuit-break edge).
     if reason is not None:
         return CIRCUIT_BREAK
-    # 3. Otherwise: the next decision.
+    # 3. Otherwise: the next decision (a reflection turn when check_finish set `reflection`).
     return DECIDE
 
 

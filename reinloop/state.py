@@ -156,6 +156,9 @@ FRESH_BUDGETS: dict[str, Any] = {
     "consecutive_errors": 0,
     "parse_retries": 0,
     "call_window": [],
+    "streak_errors": [],
+    "reflection": None,
+    "reflected_at": None,
     "final_answer": None,
     "finish_reason": None,
     "usage": NO_USAGE,
@@ -233,6 +236,15 @@ class AgentState(TypedDict, total=False):
     # Errors in a row (any kind, refused repeats included); observe increments, a real tool success resets;
     # an answer from cache leaves it as it is.
     consecutive_errors: int
+    # One line per error of the current streak (the last `error_threshold`), for the reflection turn;
+    # observe appends, a real tool success clears.
+    streak_errors: list[str]
+    # consecutive_errors when the streak's reflection turn was granted, None before; check_finish sets,
+    # observe clears with the streak. error_streak trips when the count grows past it.
+    reflected_at: int | None
+    # What failed, shown to the model once at the end of the next prompt (the reflection turn);
+    # check_finish sets, decide clears once a reply parses.
+    reflection: str | None
     # Parse retries used on the current decision; validate_args increments, a parsed reply resets.
     parse_retries: int
     # The answer when finish_reason == "answered"; written by check_finish.

@@ -35,6 +35,7 @@ def test_check_finish_picks_the_first_entry_that_trips():
         "decision": act([]),
         "checks": [repeated],
         "consecutive_errors": 3,
+        "reflected_at": 2,  # the streak's reflection turn was taken, and the errors continued
         "usage": {"model_calls": 1, "prompt_tokens": 90, "completion_tokens": 10, "total_tokens": 100},
         "iteration": 4,
         "iterations_left": 1,

@@ -114,14 +114,78 @@ def test_pseudo_success_counts_as_an_error():
     assert result["consecutive_errors"] == 1
 
 
-def test_error_streak_trips_after_threshold_consecutive_errors_of_any_kind():
-    script = [tool_call("nope"), tool_call("add", {"a": "x", "b": 1}), tool_call("explode", {"reason": "r"})]
+def test_error_streak_trips_when_errors_continue_after_the_reflection_turn():
+    script = [
+        tool_call("nope"),
+        tool_call("add", {"a": "x", "b": 1}),
+        tool_call("explode", {"reason": "r"}),
+        tool_call("lookup", {"key": "nowhere"}),
+    ]
     agent, model = make_agent(script, error_threshold=3)
     result = agent.invoke({"task": "t"}, THREAD)
-    assert (result["finish_reason"], result["final_answer"], result["iteration"]) == ("error_streak", None, 3)
+    assert (result["finish_reason"], result["final_answer"], result["iteration"]) == ("error_streak", None, 4)
     final = result["messages"][-1]
-    assert final.name == "circuit_break" and "3 errors in a row" in final.content
+    assert final.name == "circuit_break" and "4 errors in a row" in final.content
     assert model.remaining == 0  # no extra model call after the break
+    # the fourth decision was the reflection turn: what failed, one line per error, then a different approach
+    reflection = model.calls[3].messages[-1]
+    assert isinstance(reflection, HumanMessage) and reflection.content.startswith("Your last 3 attempts failed:")
+    lines = reflection.content.splitlines()[1:4]
+    assert lines[0].startswith("- nope({}): Error: 'nope' is not a valid tool")
+    assert lines[1].startswith('- add({"a": "x", "b": 1}): Error: invalid arguments for \'add\': a:')
+    assert lines[2].startswith('- explode({"reason": "r"}): Error: \'explode\' failed: ZeroDivisionError')
+    assert "different approach" in reflection.content
+    # shown once: not in the window, not in earlier prompts
+    assert all("attempts failed" not in m.text for m in result["messages"])
+    assert all("attempts failed" not in call.messages[-1].text for call in model.calls[:3])
+
+
+def test_without_error_reflection_the_streak_trips_at_the_threshold():
+    script = [tool_call("nope"), tool_call("add", {"a": "x", "b": 1}), tool_call("explode", {"reason": "r"})]
+    agent, model = make_agent(script, error_threshold=3, error_reflection=False)
+    result = agent.invoke({"task": "t"}, THREAD)
+    assert (result["finish_reason"], result["iteration"], model.remaining) == ("error_streak", 3, 0)
+    assert "3 errors in a row" in result["messages"][-1].content
+
+
+def test_a_model_that_recovers_after_the_reflection_turn_goes_on_and_gets_a_new_one_per_streak():
+    script = [tool_call("nope")] * 3 + [tool_call("add", {"a": 1, "b": 1})]
+    script += [tool_call("nope", {"n": n}) for n in range(3)] + ["2"]
+    agent, model = make_agent(script, error_threshold=3, loop_window=1)
+    result = agent.invoke({"task": "t"}, THREAD)
+    assert (result["finish_reason"], result["final_answer"]) == ("answered", "2")
+    reflections = [n for n, call in enumerate(model.calls) if "attempts failed" in call.messages[-1].text]
+    assert reflections == [3, 7]  # after each streak of three, once
+    assert result["reflected_at"] == 3 and result["reflection"] is None
+
+
+def test_an_answer_from_cache_on_the_reflection_turn_does_not_trip_the_breaker():
+    script = [tool_call("add", {"a": 1, "b": 1})] + [tool_call("nope", {"n": n}) for n in range(3)]
+    script += [tool_call("add", {"a": 1, "b": 1}), "2"]
+    agent, _ = make_agent(script, error_threshold=3, loop_window=5)
+    result = agent.invoke({"task": "t"}, THREAD)
+    assert (result["finish_reason"], result["consecutive_errors"]) == ("answered", 3)
+
+
+def test_the_reflection_turn_works_with_the_json_protocol():
+    script = [json_action("nope", {"n": n}) for n in range(3)] + [json_action("final_answer", "sorry")]
+    agent, model = make_agent(script, protocol="json", error_threshold=3)
+    assert agent.invoke({"task": "t"}, THREAD)["finish_reason"] == "answered"
+    assert model.calls[3].messages[-1].content.startswith("Your last 3 attempts failed:\n- nope(")
+
+
+def test_a_continued_thread_keeps_its_reflection_turn_in_saved_state(saver):
+    script = [tool_call("nope", {"n": n}) for n in range(3)]
+    first, _ = make_agent(script, checkpointer=saver)
+    first.invoke({"task": "t"}, THREAD, interrupt_after=["check_finish"])
+    first.invoke(None, THREAD, interrupt_after=["check_finish"])
+    first.invoke(None, THREAD, interrupt_after=["check_finish"])
+    assert first.get_state(THREAD).values["reflected_at"] == 3
+    # another agent continues the saved thread: the reflection comes from state, and it was the streak's one
+    second, model = make_agent([tool_call("nope", {"n": 3})], checkpointer=saver)
+    result = second.invoke(None, THREAD)
+    assert model.calls[0].messages[-1].content.startswith("Your last 3 attempts failed:")
+    assert (result["finish_reason"], result["iteration"]) == ("error_streak", 4)
 
 
 def test_a_real_success_resets_the_error_streak():

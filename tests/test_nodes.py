@@ -7,9 +7,10 @@ from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, Syst
 from langgraph.types import Overwrite
 
 from reinloop.nodes import check_finish, circuit_break, compress_memory, decide, execute_tool, observe, validate_args
+from reinloop.nodes.check_finish import REFLECTION_TEMPLATE
 from reinloop.repeats import CACHED_RESULT_TEMPLATE
 from reinloop.state import CallCheck, CallRecord, ToolOutcome, act, answer, unparsable
-from reinloop.testing import ScriptedChatModel, tool_call
+from reinloop.testing import ScriptedChatModel, json_action, tool_call
 from reinloop.tools import ToolRegistry, accept_any
 from tests.conftest import THREAD, add, explode, lookup, make_context
 
@@ -307,6 +308,24 @@ def test_observe_reports_an_exhausted_parse_failure_as_a_note():
     (note,) = update["messages"]
     assert isinstance(note, HumanMessage) and "no JSON object" in note.content
     assert update["consecutive_errors"] == 1
+    assert update["streak_errors"] == ["your reply: could not be read (no JSON object)"]
+
+
+def test_observe_keeps_one_line_per_error_of_the_streak_and_clears_it_with_a_real_success():
+    checks = [check("nope", {"n": n}, f"c{n}", "unknown_tool", f"Error: unknown\n tool {n}") for n in range(3)]
+    state = {"decision": act([]), "checks": checks, "streak_errors": ["older"], "reflected_at": None}
+    update = frozen_call(observe, state, make_context(error_threshold=2))
+    # the last error_threshold lines, each on one line
+    assert update["streak_errors"] == ['nope({"n": 1}): Error: unknown tool 1', 'nope({"n": 2}): Error: unknown tool 2']
+    long = check("add", {"a": "x" * 500}, "c9", "invalid_args", "Error: bad")
+    (line,) = observe({"decision": act([]), "checks": [long]}, make_context())["streak_errors"]
+    assert len(line) < 250 and line.endswith("more characters cut]")
+    ran = [check("add", {}, "c1"), checks[0]]
+    results = [ToolOutcome(call_id="c1", name="add", content="3", error_kind=None)]
+    state = {"decision": act([]), "checks": ran, "tool_results": results, "streak_errors": ["a", "b", "c"]}
+    update = observe({**state, "consecutive_errors": 3, "reflected_at": 3}, make_context())
+    assert (update["consecutive_errors"], update["reflected_at"]) == (1, None)
+    assert update["streak_errors"] == ['nope({"n": 0}): Error: unknown tool 0']
 
 
 def test_observe_refuses_a_validated_call_without_an_outcome():
@@ -380,7 +399,9 @@ def test_compress_memory_survives_a_failing_summarizer():
         ({"decision": answer("42"), "iteration": 19}, "answered"),
         ({"decision": act([]), "checks": [check("add", {}, error_kind="repeat_after_feedback")]}, "dead_loop"),
         ({"decision": act([]), "checks": [check("add", {}, error_kind="repeated_call")]}, None),
-        ({"decision": act([]), "checks": [], "consecutive_errors": 3}, "error_streak"),
+        ({"decision": act([]), "checks": [], "consecutive_errors": 3, "reflected_at": 2}, "error_streak"),
+        ({"decision": act([]), "checks": [], "consecutive_errors": 3}, None),
+        ({"decision": act([]), "checks": [], "consecutive_errors": 3, "reflected_at": 3}, None),
         ({"decision": act([]), "checks": [], "iteration": 19, "iterations_left": 1}, "max_iterations"),
         ({"decision": act([]), "checks": [], "iteration": 0}, None),
         ({"decision": act([]), "checks": [], "iteration": 5, "iterations_left": 1}, "max_iterations"),
@@ -391,7 +412,9 @@ def test_compress_memory_survives_a_failing_summarizer():
         "answer-wins-on-last-round",
         "dead-loop",
         "refused-repeat-goes-on",
-        "error-streak",
+        "error-streak-after-the-reflection-turn",
+        "error-streak-reaches-the-limit-reflection-turn",
+        "no-new-error-after-the-reflection-turn",
         "max-iterations",
         "first-round",
         "resumed-budget-spent",
@@ -407,6 +430,34 @@ def test_check_finish(state, reason):
     assert update["iteration"] == state.get("iteration", 0) + 1
     if reason == "answered":
         assert update["final_answer"] == "42"
+
+
+def test_check_finish_grants_one_reflection_turn_with_what_failed():
+    state = {"decision": act([]), "checks": [], "consecutive_errors": 3, "streak_errors": ["a(1): boom", "b(): no"]}
+    update = frozen_call(check_finish, state, make_context(error_threshold=3))
+    assert (update["finish_reason"], update["reflected_at"]) == (None, 3)
+    assert update["reflection"] == REFLECTION_TEMPLATE.format(count=3, errors="- a(1): boom\n- b(): no")
+    # once per streak: the same count again goes on without a new turn, one more error trips
+    update = check_finish({**state, "reflected_at": 3}, make_context(error_threshold=3))
+    assert (update["finish_reason"], "reflection" in update) == (None, False)
+    assert check_finish({**state, "reflected_at": 2}, make_context())["finish_reason"] == "error_streak"
+    # a breaker that trips anyway wins: no reflection turn on the last round
+    update = check_finish({**state, "iterations_left": 1}, make_context())
+    assert (update["finish_reason"], "reflection" in update) == ("max_iterations", False)
+    update = check_finish(state, make_context(error_reflection=False))
+    assert (update["finish_reason"], "reflection" in update) == ("error_streak", False)
+
+
+def test_decide_ends_the_prompt_with_the_reflection_and_clears_it_once_a_reply_parses():
+    model = ScriptedChatModel(replies=["not json", json_action("add", {"a": 1, "b": 1})])
+    ctx = make_context(model=model, protocol="json")
+    state = {"task": "t", "messages": [], "reflection": "Your last 3 attempts failed", "correction": "fix it"}
+    update = frozen_call(decide, state, ctx, {})
+    assert [m.content for m in model.calls[0].messages[-2:]] == ["Your last 3 attempts failed", "fix it"]
+    assert "reflection" not in update  # unparsable: the retry still shows it
+    update = decide({**state, "correction": None}, ctx, {})
+    assert model.calls[1].messages[-1].content == "Your last 3 attempts failed"
+    assert update["reflection"] is None
 
 
 # circuit_break -------------------------------------------------------------------------------------------
@@ -429,8 +480,10 @@ def test_circuit_break_explains_the_reason_and_how_to_resume(reason, mentions):
         "messages": [ToolMessage("Error: boom", tool_call_id="c1", status="error")],
         "checks": [{**check("add", {}, error_kind="repeat_after_feedback", error="x"), "signature": 'add{"a": 1}'}],
     }
-    (message,) = frozen_call(circuit_break, state, make_context())["messages"]
+    update = frozen_call(circuit_break, {**state, "reflection": "pending"}, make_context())
+    (message,) = update["messages"]
     assert mentions in message.content and "reinloop.resume" in message.content
+    assert update["reflection"] is None  # a turn the run did not take is not for the next run
 
 
 def test_nodes_take_only_tools_from_their_context():

@@ -1,15 +1,18 @@
 """observe: turn this round's checks and outcomes into observations for the model.
 
-Reads `decision`, `checks`, `tool_results`, `consecutive_errors`, `call_window`. Writes `messages` (exactly
-one `ToolMessage` per requested call, in the order requested, rejected calls and answers from cache
-included, each outcome as execute_tool stored it, tool output already cut; or one note when the reply could
-not be parsed), `consecutive_errors` (each error, refusals included, adds one; a real tool success resets
-it; an answer from cache leaves it as it is) and `call_window` (what became of each call, for the repeat
-guards of `reinloop.repeats`).
+Reads `decision`, `checks`, `tool_results`, `consecutive_errors`, `streak_errors`, `reflected_at`,
+`call_window`. Writes `messages` (exactly one `ToolMessage` per requested call, in the order requested,
+rejected calls and answers from cache included, each outcome as execute_tool stored it, tool output already
+cut; or one note when the reply could not be parsed), the error streak (`consecutive_errors`: each error,
+refusals included, adds one, a real tool success resets it, an answer from cache leaves it as it is;
+`streak_errors`: one line per error, for the reflection turn; `reflected_at`, cleared with the streak) and
+`call_window` (what became of each call, for the repeat guards of `reinloop.repeats`).
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
@@ -18,18 +21,48 @@ from reinloop.context import AgentContext
 from reinloop.errors import InvariantError
 from reinloop.repeats import CACHED_RESULT_TEMPLATE, advance_window, record
 from reinloop.state import AgentState, CallCheck, CallRecord, ErrorKind, ToolOutcome
+from reinloop.text import truncate
 
 __all__ = ["PARSE_FAILED_TEMPLATE", "observe"]
 
 PARSE_FAILED_TEMPLATE = "Error: your last reply could not be read ({error}) and was discarded. Reply with {expected}."
+# One error of the streak, as the reflection turn lists it.
+STREAK_LINE_CHARS = 200
+
+
+@dataclass
+class _Streak:
+    """The error streak as this round changes it."""
+
+    errors: int
+    lines: list[str]
+    reflected_at: int | None
+    keep: int  # lines kept: the last error_threshold
+
+    @classmethod
+    def of(cls, state: AgentState, keep: int) -> _Streak:
+        lines = list(state.get("streak_errors") or [])
+        return cls(state.get("consecutive_errors", 0), lines, state.get("reflected_at"), keep)
+
+    def error(self, what: str, text: str) -> None:
+        self.errors += 1
+        line = truncate(f"{what}: {' '.join(text.split())}", STREAK_LINE_CHARS)
+        self.lines = [*self.lines, line][-self.keep :]
+
+    def success(self) -> None:
+        self.errors, self.lines, self.reflected_at = 0, [], None
+
+    def update(self) -> dict[str, Any]:
+        return {"consecutive_errors": self.errors, "streak_errors": self.lines, "reflected_at": self.reflected_at}
 
 
 def observe(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
-    errors = state.get("consecutive_errors", 0)
+    streak = _Streak.of(state, ctx.settings.error_threshold)
     decision = state["decision"]
     if decision["kind"] == "unparsable":
         note = PARSE_FAILED_TEMPLATE.format(error=decision["error"], expected=ctx.protocol.expected_format)
-        return {"messages": [HumanMessage(note)], "consecutive_errors": errors + 1}
+        streak.error("your reply", f"could not be read ({decision['error']})")
+        return {"messages": [HumanMessage(note)], **streak.update()}
     outcomes = {outcome["call_id"]: outcome for outcome in state.get("tool_results", [])}
     messages: list[BaseMessage] = []
     records: list[CallRecord] = []
@@ -43,11 +76,11 @@ def observe(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
         )
         records.append(record(check, outcome))
         if error_kind is not None:
-            errors += 1
+            streak.error(_called(check), content)
         elif outcome is not None:  # a real tool success; an answer from cache is not one
-            errors = 0
+            streak.success()
     window = advance_window(state.get("call_window") or [], records, ctx.settings.loop_window)
-    return {"messages": messages, "consecutive_errors": errors, "call_window": window}
+    return {"messages": messages, "call_window": window, **streak.update()}
 
 
 def _outcome(check: CallCheck, outcomes: dict[str, ToolOutcome]) -> ToolOutcome | None:
@@ -58,6 +91,11 @@ def _outcome(check: CallCheck, outcomes: dict[str, ToolOutcome]) -> ToolOutcome 
     if outcome is None:
         raise InvariantError(f"tool call {check['call_id']!r} ({check['name']!r}) was validated but has no outcome")
     return outcome
+
+
+def _called(check: CallCheck) -> str:
+    # default=str: arguments of a rejected call are as the model sent them.
+    return f"{check['name']}({json.dumps(check['args'], ensure_ascii=False, default=str)})"
 
 
 def _observation(check: CallCheck, outcome: ToolOutcome | None) -> tuple[str, ErrorKind | None]:
