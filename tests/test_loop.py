@@ -297,6 +297,32 @@ def test_different_arguments_are_not_a_dead_loop():
     assert runs == [0, 1, 2, 3, 4]
 
 
+LOOPING_MODELS = {
+    "same-success": lambda n: tool_call("add", {"a": 1, "b": 1}),
+    "same-failure": lambda n: tool_call("explode", {"reason": "x"}),
+    "failures-and-cache": lambda n: (
+        tool_call("explode", {"reason": str(n)}) if n % 2 else tool_call("add", {"a": 1, "b": 1})
+    ),
+}
+
+
+@pytest.mark.parametrize("looping", list(LOOPING_MODELS), ids=list(LOOPING_MODELS))
+@pytest.mark.parametrize(
+    ("budget", "reason"), [({"max_iterations": 12}, "max_iterations"), ({"run_token_budget": 3_000}, "token_budget")]
+)
+def test_every_escalation_stays_within_the_iteration_and_token_budgets(looping, budget, reason):
+    # Guards that never break here (huge limits) still cannot keep a run going past its budgets.
+    rounds = itertools.count()
+    model = ScriptedChatModel(respond=lambda messages: LOOPING_MODELS[looping](next(rounds)), max_calls=40)
+    limits = {"repeats_after_feedback": 1_000, "error_threshold": 1_000, "max_iterations": 30, **budget}
+    summarizer = ScriptedChatModel(respond=lambda messages: "earlier steps")
+    agent = build_agent(model, [add, explode], config=AgentConfig(**limits), summary_model=summarizer)
+    result = agent.invoke({"task": "t"}, THREAD)
+    assert result["finish_reason"] == reason and result["iteration"] <= limits["max_iterations"]
+    assert len(model.calls) == result["iteration"]
+    assert pairing_violations(result["messages"][:-1]) == []
+
+
 def test_max_iterations_ends_the_run_with_an_explanation():
     agent, model = make_agent([tool_call("add", {"a": i, "b": 0}) for i in range(10)], max_iterations=4)
     result = agent.invoke({"task": "t"}, THREAD)
