@@ -50,7 +50,7 @@ def test_decide_sends_system_task_window_and_correction_and_stores_a_parsed_repl
     assert update["decision"]["kind"] == "act"
     assert update["messages"][0].tool_calls[0]["args"] == {"a": 1, "b": 2}
     assert update["correction"] is None
-    assert "iteration" not in update  # counters untouched mid-run
+    assert "iteration" not in update and "reflection" not in update  # counters untouched mid-run
 
 
 def test_decide_keeps_an_unparsable_reply_out_of_the_window():
