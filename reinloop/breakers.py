@@ -9,7 +9,7 @@ To add a finish reason:
 1. add its name to `FinishReason` in `reinloop/state.py` (`FINISH_REASONS` follows by `get_args`);
 2. add one `Breaker` to `BREAKERS` below, where its priority puts it. Its template may use the placeholders
    `circuit_break` fills: {iteration}, {tokens}, {budget}, {errors}, {threshold}, {last_error},
-   {max_repeats}, {loop_window}, {repeated}, {tool_attempts}, {max_tool_attempts}.
+   {max_repeats}, {loop_window}, {repeats_after_feedback}, {repeated}, {tool_attempts}, {max_tool_attempts}.
 Nothing else changes: the router sends every reason but `answered` to `circuit_break`, and the CLI reads the
 exit code from here. Importing this module checks that the table and `FinishReason` agree.
 """
@@ -43,12 +43,21 @@ def _answered(state: AgentState, settings: AgentConfig) -> bool:
 
 
 def _dead_loop(state: AgentState, settings: AgentConfig) -> bool:
-    # validate_args refused a repeated call this round, before it ran.
-    return any(check["error_kind"] == "repeated_call" for check in state.get("checks", []))
+    # validate_args refused a call this round that the model kept repeating after it was answered from cache
+    # or refused (`reinloop.repeats`, rule 1).
+    return any(check["error_kind"] == "repeat_after_feedback" for check in state.get("checks", []))
 
 
 def _error_streak(state: AgentState, settings: AgentConfig) -> bool:
-    return state.get("consecutive_errors", 0) >= settings.error_threshold
+    errors = state.get("consecutive_errors", 0)
+    if errors < settings.error_threshold:
+        return False
+    if not settings.error_reflection:
+        return True
+    # check_finish grants one reflection turn when the streak first reaches the threshold; the breaker trips
+    # when errors continue after it (an answer from cache leaves the count as it was).
+    reflected_at = state.get("reflected_at")
+    return reflected_at is not None and errors > reflected_at
 
 
 def _token_budget(state: AgentState, settings: AgentConfig) -> bool:
@@ -81,8 +90,8 @@ BREAKERS: tuple[Breaker, ...] = (
     Breaker(
         "dead_loop",
         _dead_loop,
-        "Stopped: a dead loop. The same call was requested more than {max_repeats} times within "
-        "{loop_window} decisions: {repeated}",
+        "Stopped: a dead loop. The same call was repeated more than {repeats_after_feedback} times after it "
+        "was answered from cache or refused, within {loop_window} decisions: {repeated}",
         exit_code=5,
     ),
     Breaker(

@@ -30,7 +30,20 @@ class AgentConfig(BaseModel):
 
     max_iterations: int = Field(20, ge=1, description="Decision rounds per run before a circuit break.")
     error_threshold: int = Field(
-        3, ge=1, description="Consecutive errors of any kind that trip the breaker; a real success resets."
+        3,
+        ge=1,
+        description=(
+            "Consecutive errors of any kind (refused repeats included) that end the run as error_streak; a real "
+            "tool success resets the count. With error_reflection, reaching it first grants one reflection turn."
+        ),
+    )
+    error_reflection: bool = Field(
+        True,
+        description=(
+            "When the error count first reaches error_threshold, the next decision is shown what failed (one "
+            "line per error) and asked for a different approach; error_streak trips only if errors continue. "
+            "False: error_streak trips at the threshold."
+        ),
     )
     max_parse_retries: int = Field(
         1,
@@ -38,9 +51,29 @@ class AgentConfig(BaseModel):
         le=MAX_PARSE_RETRIES,
         description="Immediate retries of an unparsable reply, each with a correction hint.",
     )
-    loop_window: int = Field(3, ge=1, description="Recent decisions searched for repeated identical calls.")
+    loop_window: int = Field(
+        3,
+        ge=1,
+        description=(
+            "Decisions (the current one included) searched for identical calls (same tool, canonical "
+            "arguments): an identical call after a success in it is answered from cache, not run."
+        ),
+    )
     max_repeats: int = Field(
-        2, ge=1, description="Identical calls allowed inside loop_window; one more is a dead loop."
+        2,
+        ge=1,
+        description=(
+            "Identical calls allowed within loop_window; one more is refused with feedback, not run (the "
+            "seeds' dead-loop rule; the breaker waits for repeats_after_feedback)."
+        ),
+    )
+    repeats_after_feedback: int = Field(
+        1,
+        ge=0,
+        description=(
+            "Identical calls still answered (from cache, or refused again) within loop_window after the model "
+            "was answered from cache or refused for that call; one more ends the run as dead_loop."
+        ),
     )
     tool_timeout_s: float = Field(
         30.0, gt=0, description="Hard wall-clock limit of one tool call; each retry gets it afresh."

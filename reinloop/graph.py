@@ -3,12 +3,15 @@
 ```
 START -> decide -> validate_args --ok--> execute_tool -> observe -> compress_memory -> check_finish
                       |  \\--parse error, retry left--> decide          (retry edge)
-                      |--invalid call / unknown tool--> observe        (error-feedback edge)
+                      |--invalid / refused / cached--> observe         (error-feedback edge)
                       \\--final answer--> check_finish
-check_finish --continue--> decide
+check_finish --continue (or reflect)--> decide
 check_finish --breaker tripped--> circuit_break -> END                 (circuit-break edge)
 check_finish --answered--> END
 ```
+"reflect" is the continue edge with `reflection` set in state: when the error streak first reaches its
+limit, check_finish grants one reflection turn instead of tripping error_streak, and decide shows the model
+what failed at the end of its next prompt.
 """
 
 from __future__ import annotations
@@ -100,11 +103,15 @@ def route_after_validate_args(state: AgentState) -> AfterValidateArgs | list[Sen
     # 2. A final answer: nothing to run.
     if state["decision"]["kind"] == "answer":
         return CHECK_FINISH
-    # 3. Valid calls run, one task each, so each finished call is checkpointed on its own.
-    runnable = [check for check in state.get("checks", []) if check["error_kind"] is None]
+    # 3. Valid calls run, one task each, so each finished call is checkpointed on its own; calls answered
+    #    from cache or refused do not run.
+    runnable = [
+        check for check in state.get("checks", []) if check["error_kind"] is None and check.get("cached") is None
+    ]
     if runnable:
         return [Send(EXECUTE_TOOL, check) for check in runnable]
-    # 4. Nothing valid to run: the rejections or the parse error go back to the model (error-feedback edge).
+    # 4. Nothing to run: the rejections, answers from cache or the parse error go back to the model
+    #    (error-feedback edge).
     return OBSERVE
 
 
@@ -116,7 +123,7 @@ def route_after_check_finish(state: AgentState) -> AfterCheckFinish:
     # 2. A breaker tripped: end gracefully, resumably (circuit-break edge).
     if reason is not None:
         return CIRCUIT_BREAK
-    # 3. Otherwise: the next decision.
+    # 3. Otherwise: the next decision (a reflection turn when check_finish set `reflection`).
     return DECIDE
 
 

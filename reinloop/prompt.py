@@ -47,9 +47,10 @@ def assemble(
     pending: Sequence[str] = (),
     memories: Sequence[str] = (),
     correction: str | None = None,
+    reflection: str | None = None,
 ) -> list[BaseMessage]:
-    """System prompt, task, memory block, the rendered window, and a pending correction hint."""
-    return _Draft.of(task, window, memory_note(summaries, pending, memories), correction).prompt(ctx)
+    """System prompt, task, memory block, the rendered window, then a pending reflection and correction hint."""
+    return _Draft.of(task, window, memory_note(summaries, pending, memories), [reflection, correction]).prompt(ctx)
 
 
 def prompt_tokens(ctx: AgentContext, prompt: Sequence[BaseMessage]) -> int:
@@ -66,6 +67,7 @@ def fit_to_budget(
     pending: Sequence[str] = (),
     memories: Sequence[str] = (),
     correction: str | None = None,
+    reflection: str | None = None,
 ) -> tuple[list[BaseMessage], int]:
     """What `assemble` gives, made to fit `context_token_budget`, and its tokens.
 
@@ -79,7 +81,7 @@ def fit_to_budget(
     Every cut makes the prompt strictly shorter or leaves a part alone for good, so it ends for any input.
     """
     budget = ctx.settings.context_token_budget
-    draft = _Draft.of(task, window, memory_note(summaries, pending, memories), correction)
+    draft = _Draft.of(task, window, memory_note(summaries, pending, memories), [reflection, correction])
     prompt, tokens = draft.measure(ctx)
     parts = sorted(draft.parts(), key=lambda part: part.size)
     while tokens > budget and parts:
@@ -116,16 +118,16 @@ class _Part:
 @dataclass
 class _Draft:
     """The prompt before the system message, as a list the cutting edits: the task and memory note, the
-    window (`messages[first:end]`), and the correction hint."""
+    window (`messages[first:end]`), and the notes after it (a reflection, a correction hint)."""
 
     messages: list[BaseMessage]
     first: int
     end: int
 
     @classmethod
-    def of(cls, task: str, window: Sequence[BaseMessage], note: str | None, correction: str | None) -> _Draft:
+    def of(cls, task: str, window: Sequence[BaseMessage], note: str | None, after: Sequence[str | None]) -> _Draft:
         head = [HumanMessage(task), *([HumanMessage(note)] if note else [])]
-        tail = [HumanMessage(correction)] if correction else []
+        tail = [HumanMessage(text) for text in after if text]
         return cls([*head, *window, *tail], len(head), len(head) + len(window))
 
     def measure(self, ctx: AgentContext) -> tuple[list[BaseMessage], int]:

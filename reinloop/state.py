@@ -8,7 +8,7 @@ is bounded by `compress_memory`, and counters (budgets) live here so that a resu
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Any, Literal, TypedDict, get_args
+from typing import Annotated, Any, Literal, NotRequired, TypedDict, get_args
 
 from langchain_core.messages import AnyMessage
 from langgraph.graph.message import add_messages
@@ -27,6 +27,7 @@ __all__ = [
     "AgentInput",
     "AgentState",
     "CallCheck",
+    "CallRecord",
     "CallUsage",
     "Decision",
     "ErrorKind",
@@ -50,7 +51,8 @@ ErrorKind = Literal[
     "parse_error",  # the reply could not be read as a decision
     "unknown_tool",  # the model named a tool that does not exist
     "invalid_args",  # the arguments failed the tool's schema
-    "repeated_call",  # the identical call was requested too often recently (dead loop)
+    "repeated_call",  # the identical call was requested more than max_repeats times recently: not run, feedback
+    "repeat_after_feedback",  # the identical call again after it was answered from cache or refused (dead loop)
     "tool_error",  # the tool raised
     "timeout",  # the tool did not finish in time and was abandoned
     "empty_result",  # the tool "succeeded" with an empty or meaningless result (pseudo-success)
@@ -91,11 +93,23 @@ class CallCheck(TypedDict):
     call_id: str
     name: str
     args: dict[str, Any]
-    signature: str  # tool name + canonical arguments, for dead-loop detection
+    signature: str  # tool name + canonical arguments, for the repeat guards (dead loop, answers from cache)
     key: str  # idempotency key: thread id, call number and call id; the same on a re-run after a crash
     attempts: int  # the most runs execute_tool may make of it, retries included; 0 when rejected
     error_kind: ErrorKind | None
     error: str | None  # feedback for the model when rejected
+    # The observation of an identical call that succeeded within loop_window, sent back (after a note) instead
+    # of running this one. Absent or None: the call runs (error_kind None) or was rejected.
+    cached: NotRequired[str | None]
+
+
+class CallRecord(TypedDict):
+    """What became of one call of a recent decision: what the repeat guards read (`call_window`)."""
+
+    signature: str
+    # ran and succeeded; ran and failed, or was rejected as invalid; answered from cache; refused as a repeat
+    outcome: Literal["ok", "failed", "cached", "refused"]
+    result: str | None  # the observation of a success (ok or cached), for answering an identical call
 
 
 class ToolOutcome(TypedDict):
@@ -145,7 +159,10 @@ FRESH_BUDGETS: dict[str, Any] = {
     "iterations_left": None,
     "consecutive_errors": 0,
     "parse_retries": 0,
-    "recent_calls": [],
+    "call_window": [],
+    "streak_errors": [],
+    "reflection": None,
+    "reflected_at": None,
     "tool_attempts": 0,
     "final_answer": None,
     "finish_reason": None,
@@ -213,15 +230,26 @@ class AgentState(TypedDict, total=False):
     calls_seen: int
     # Non-idempotent calls whose outcome is unknown after a crash, for the operator; execute_tool appends.
     in_doubt: Annotated[list[InDoubtCall], operator.add]
-    # Signatures of the calls in each of the last `loop_window` decisions; written by validate_args.
-    recent_calls: list[list[str]]
+    # The calls of each of the last `loop_window` decisions that called tools, and what became of them;
+    # observe appends, a new run or a resume clears.
+    call_window: list[list[CallRecord]]
     # Completed decision rounds; check_finish increments, a new task resets.
     iteration: int
     # Rounds left before max_iterations trips; check_finish counts down, None means a fresh
     # config.max_iterations (a new run, or a resume without extra_iterations).
     iterations_left: int | None
-    # Errors in a row (any kind); observe increments, a real tool success resets.
+    # Errors in a row (any kind, refused repeats included); observe increments, a real tool success resets;
+    # an answer from cache leaves it as it is.
     consecutive_errors: int
+    # One line per error of the current streak (the last `error_threshold`), for the reflection turn;
+    # observe appends, a real tool success clears.
+    streak_errors: list[str]
+    # consecutive_errors when the streak's reflection turn was granted, None before; check_finish sets,
+    # observe clears with the streak. error_streak trips when the count grows past it.
+    reflected_at: int | None
+    # What failed, shown to the model once at the end of the next prompt (the reflection turn);
+    # check_finish sets, decide clears once a reply parses.
+    reflection: str | None
     # Parse retries used on the current decision; validate_args increments, a parsed reply resets.
     parse_retries: int
     # Tool runs in this run, retries included, against max_tool_attempts; observe adds, a new run resets.

@@ -37,12 +37,13 @@ def test_the_cli_exit_codes_come_from_the_table():
 
 def test_check_finish_picks_the_first_entry_that_trips():
     repeated = CallCheck(
-        call_id="c1", name="add", args={}, signature="add", key="k", error_kind="repeated_call", error="x"
+        call_id="c1", name="add", args={}, signature="add", key="k", error_kind="repeat_after_feedback", error="x"
     )
     everything = {
         "decision": act([]),
         "checks": [repeated],
         "consecutive_errors": 3,
+        "reflected_at": 2,  # the streak's reflection turn was taken, and the errors continued
         "usage": {"model_calls": 1, "prompt_tokens": 90, "completion_tokens": 10, "total_tokens": 100},
         "tool_attempts": 10,
         "iteration": 4,
@@ -74,7 +75,13 @@ STATE = {
     "messages": [ToolMessage("Error: boom", tool_call_id="c1", status="error")],
     "checks": [
         CallCheck(
-            call_id="c1", name="add", args={}, signature='add{"a": 1}', key="k", error_kind="repeated_call", error="x"
+            call_id="c1",
+            name="add",
+            args={},
+            signature='add{"a": 1}',
+            key="k",
+            error_kind="repeat_after_feedback",
+            error="x",
         )
     ],
 }
@@ -87,7 +94,8 @@ STATE = {
         ("error_streak", "Stopped: 3 errors in a row (the limit is 3). The last one: Error: boom"),
         (
             "dead_loop",
-            'Stopped: a dead loop. The same call was requested more than 2 times within 3 decisions: add{"a": 1}',
+            "Stopped: a dead loop. The same call was repeated more than 1 times after it was answered from cache "
+            'or refused, within 3 decisions: add{"a": 1}',
         ),
         ("token_budget", "Stopped: the run used 1000 tokens after 4 rounds (the budget is 500)."),
         (

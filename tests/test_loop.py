@@ -1,16 +1,18 @@
 """The compiled graph run end to end with the scripted model and a checkpointer: one test per edge."""
 
 import asyncio
+import itertools
 
 import pytest
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-from langchain_core.tools import tool
+from langchain_core.tools import ToolException, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command, interrupt
 
 from reinloop import AgentConfig, AgentInput, ConfigurationError, InputError, build_agent
 from reinloop.memory import pairing_violations
+from reinloop.repeats import CACHED_RESULT_TEMPLATE
 from reinloop.testing import ScriptedChatModel, ScriptExhaustedError, json_action, parallel_calls, tool_call
 from tests.conftest import THREAD, add, explode, lookup, make_agent
 
@@ -112,14 +114,78 @@ def test_pseudo_success_counts_as_an_error():
     assert result["consecutive_errors"] == 1
 
 
-def test_error_streak_trips_after_threshold_consecutive_errors_of_any_kind():
-    script = [tool_call("nope"), tool_call("add", {"a": "x", "b": 1}), tool_call("explode", {"reason": "r"})]
+def test_error_streak_trips_when_errors_continue_after_the_reflection_turn():
+    script = [
+        tool_call("nope"),
+        tool_call("add", {"a": "x", "b": 1}),
+        tool_call("explode", {"reason": "r"}),
+        tool_call("lookup", {"key": "nowhere"}),
+    ]
     agent, model = make_agent(script, error_threshold=3)
     result = agent.invoke({"task": "t"}, THREAD)
-    assert (result["finish_reason"], result["final_answer"], result["iteration"]) == ("error_streak", None, 3)
+    assert (result["finish_reason"], result["final_answer"], result["iteration"]) == ("error_streak", None, 4)
     final = result["messages"][-1]
-    assert final.name == "circuit_break" and "3 errors in a row" in final.content
+    assert final.name == "circuit_break" and "4 errors in a row" in final.content
     assert model.remaining == 0  # no extra model call after the break
+    # the fourth decision was the reflection turn: what failed, one line per error, then a different approach
+    reflection = model.calls[3].messages[-1]
+    assert isinstance(reflection, HumanMessage) and reflection.content.startswith("Your last 3 attempts failed:")
+    lines = reflection.content.splitlines()[1:4]
+    assert lines[0].startswith("- nope({}): Error: 'nope' is not a valid tool")
+    assert lines[1].startswith('- add({"a": "x", "b": 1}): Error: invalid arguments for \'add\': a:')
+    assert lines[2].startswith('- explode({"reason": "r"}): Error: \'explode\' failed: ZeroDivisionError')
+    assert "different approach" in reflection.content
+    # shown once: not in the window, not in earlier prompts
+    assert all("attempts failed" not in m.text for m in result["messages"])
+    assert all("attempts failed" not in call.messages[-1].text for call in model.calls[:3])
+
+
+def test_without_error_reflection_the_streak_trips_at_the_threshold():
+    script = [tool_call("nope"), tool_call("add", {"a": "x", "b": 1}), tool_call("explode", {"reason": "r"})]
+    agent, model = make_agent(script, error_threshold=3, error_reflection=False)
+    result = agent.invoke({"task": "t"}, THREAD)
+    assert (result["finish_reason"], result["iteration"], model.remaining) == ("error_streak", 3, 0)
+    assert "3 errors in a row" in result["messages"][-1].content
+
+
+def test_a_model_that_recovers_after_the_reflection_turn_goes_on_and_gets_a_new_one_per_streak():
+    script = [tool_call("nope")] * 3 + [tool_call("add", {"a": 1, "b": 1})]
+    script += [tool_call("nope", {"n": n}) for n in range(3)] + ["2"]
+    agent, model = make_agent(script, error_threshold=3, loop_window=1)
+    result = agent.invoke({"task": "t"}, THREAD)
+    assert (result["finish_reason"], result["final_answer"]) == ("answered", "2")
+    reflections = [n for n, call in enumerate(model.calls) if "attempts failed" in call.messages[-1].text]
+    assert reflections == [3, 7]  # after each streak of three, once
+    assert result["reflected_at"] == 3 and result["reflection"] is None
+
+
+def test_an_answer_from_cache_on_the_reflection_turn_does_not_trip_the_breaker():
+    script = [tool_call("add", {"a": 1, "b": 1})] + [tool_call("nope", {"n": n}) for n in range(3)]
+    script += [tool_call("add", {"a": 1, "b": 1}), "2"]
+    agent, _ = make_agent(script, error_threshold=3, loop_window=5)
+    result = agent.invoke({"task": "t"}, THREAD)
+    assert (result["finish_reason"], result["consecutive_errors"]) == ("answered", 3)
+
+
+def test_the_reflection_turn_works_with_the_json_protocol():
+    script = [json_action("nope", {"n": n}) for n in range(3)] + [json_action("final_answer", "sorry")]
+    agent, model = make_agent(script, protocol="json", error_threshold=3)
+    assert agent.invoke({"task": "t"}, THREAD)["finish_reason"] == "answered"
+    assert model.calls[3].messages[-1].content.startswith("Your last 3 attempts failed:\n- nope(")
+
+
+def test_a_continued_thread_keeps_its_reflection_turn_in_saved_state(saver):
+    script = [tool_call("nope", {"n": n}) for n in range(3)]
+    first, _ = make_agent(script, checkpointer=saver)
+    first.invoke({"task": "t"}, THREAD, interrupt_after=["check_finish"])
+    first.invoke(None, THREAD, interrupt_after=["check_finish"])
+    first.invoke(None, THREAD, interrupt_after=["check_finish"])
+    assert first.get_state(THREAD).values["reflected_at"] == 3
+    # another agent continues the saved thread: the reflection comes from state, and it was the streak's one
+    second, model = make_agent([tool_call("nope", {"n": 3})], checkpointer=saver)
+    result = second.invoke(None, THREAD)
+    assert model.calls[0].messages[-1].content.startswith("Your last 3 attempts failed:")
+    assert (result["finish_reason"], result["iteration"]) == ("error_streak", 4)
 
 
 def test_a_real_success_resets_the_error_streak():
@@ -135,15 +201,93 @@ def test_a_real_success_resets_the_error_streak():
     assert agent.invoke({"task": "t"}, THREAD)["finish_reason"] == "answered"
 
 
-def test_dead_loop_is_caught_before_the_offending_repeat_runs():
+def test_an_identical_call_after_a_success_is_answered_from_cache_without_running():
     fetch, runs = counting_tool()
-    agent, _ = make_agent([tool_call("fetch", {"page": 1})] * 3, tools=[fetch], loop_window=3, max_repeats=2)
+    agent, model = make_agent([tool_call("fetch", {"page": 1})] * 2 + ["done"], tools=[fetch])
     result = agent.invoke({"task": "t"}, THREAD)
-    assert result["finish_reason"] == "dead_loop"
-    assert runs == [1, 1]  # the third identical call never ran
+    assert result["finish_reason"] == "answered" and runs == [1]  # the second call never ran
+    first, second = tool_messages(result)
+    assert second.content == CACHED_RESULT_TEMPLATE.format(result=first.content) and second.status == "success"
+    assert second.tool_call_id == result["messages"][-3].tool_calls[0]["id"]  # the result of that call
+    assert model.calls[2].messages[-1].content == second.content
+
+
+def test_a_tool_that_opted_out_of_the_cache_runs_again():
+    fetch, runs = counting_tool()
+    fetch.metadata = {"reinloop": {"cacheable": False}}
+    agent, model = make_agent([tool_call("fetch", {"page": 1})] * 2 + ["done"], tools=[fetch])
+    assert agent.invoke({"task": "t"}, THREAD)["finish_reason"] == "answered"
+    assert runs == [1, 1] and model.calls[2].messages[-1].content == "page 1: nothing new"
+
+
+@pytest.mark.parametrize("max_repeats", [1, 2])
+def test_an_identical_call_after_a_failure_is_refused_once_it_exceeds_max_repeats(max_repeats):
+    runs = []
+
+    @tool
+    def flaky(page: int) -> str:
+        """Fetch a page from a service that is down."""
+        runs.append(page)
+        raise ToolException("the service is down")
+
+    script = [tool_call("flaky", {"page": 1})] * (max_repeats + 1) + ["gave up"]
+    agent, _ = make_agent(script, tools=[flaky], max_repeats=max_repeats, error_threshold=10)
+    result = agent.invoke({"task": "t"}, THREAD)
+    assert runs == [1] * max_repeats  # the model may retry up to max_repeats; the next one never runs
     refused = tool_messages(result)[-1]
-    assert refused.status == "error" and "not run" in refused.content
+    assert refused.status == "error" and refused.content.startswith("Error: not run")
+    assert "and it failed" in refused.content and "Change the arguments, use another tool" in refused.content
+    assert (result["finish_reason"], result["consecutive_errors"]) == ("answered", max_repeats + 1)
+
+
+@pytest.mark.parametrize("repeats_after_feedback", [0, 1, 2])
+def test_dead_loop_trips_only_after_the_allowed_repeats_after_feedback(repeats_after_feedback):
+    fetch, runs = counting_tool()
+    calls = 2 + repeats_after_feedback  # a run, the feedback (an answer from cache), the allowed repeats
+    script = [tool_call("fetch", {"page": 1})] * (calls + 1)
+    agent, model = make_agent(script, tools=[fetch], repeats_after_feedback=repeats_after_feedback, loop_window=5)
+    result = agent.invoke({"task": "t"}, THREAD)
+    assert (result["finish_reason"], result["iteration"], runs) == ("dead_loop", calls + 1, [1])
+    assert model.remaining == 0
+    observations = [call.messages[-1] for call in model.calls[1:]]
+    assert observations[0].content == "page 1: nothing new"  # the run, then answers from cache
+    assert all(m.status == "success" and m.content.startswith("Not run again") for m in observations[1:])
+    refused = tool_messages(result)[-1]
+    assert refused.status == "error" and "ends the run as a dead loop" in refused.content
     assert "dead loop" in result["messages"][-1].content
+    assert pairing_violations(result["messages"][:-1]) == []
+
+
+def test_a_failing_call_repeated_ends_as_a_dead_loop_after_its_refusal_and_the_allowed_repeat():
+    script = [tool_call("explode", {"reason": "x"})] * 5
+    agent, model = make_agent(script, error_threshold=10)
+    result = agent.invoke({"task": "t"}, THREAD)
+    seen = [call.messages[-1].content.split(".")[0] for call in model.calls[1:]] + [tool_messages(result)[-1].content]
+    assert seen[:4] == ["Error: 'explode' failed: ZeroDivisionError: division by zero"] * 2 + ["Error: not run"] * 2
+    assert "ends the run as a dead loop" in seen[4]
+    assert (result["finish_reason"], result["iteration"]) == ("dead_loop", 5)
+
+
+def test_the_repeat_guards_work_with_the_json_protocol():
+    fetch, runs = counting_tool()
+    script = [json_action("fetch", {"page": 1})] * 2 + [json_action("final_answer", "nothing new")]
+    agent, model = make_agent(script, tools=[fetch], protocol="json")
+    result = agent.invoke({"task": "t"}, THREAD)
+    assert result["finish_reason"] == "answered" and runs == [1]
+    assert model.calls[2].messages[-1].content == "Observation: " + CACHED_RESULT_TEMPLATE.format(
+        result="page 1: nothing new"
+    )
+
+
+def test_a_continued_thread_answers_from_the_cache_in_its_saved_state(saver):
+    fetch, runs = counting_tool()
+    first, _ = make_agent([tool_call("fetch", {"page": 1})], tools=[fetch], checkpointer=saver)
+    first.invoke({"task": "t"}, THREAD, interrupt_after=["check_finish"])
+    # another agent (another process, say) continues the saved thread: it knows the call only from state
+    second, _ = make_agent([tool_call("fetch", {"page": 1}), "done"], tools=[fetch], checkpointer=saver)
+    result = second.invoke(None, THREAD)
+    assert result["finish_reason"] == "answered" and runs == [1]
+    assert tool_messages(result)[-1].content.startswith("Not run again")
 
 
 def test_different_arguments_are_not_a_dead_loop():
@@ -151,6 +295,32 @@ def test_different_arguments_are_not_a_dead_loop():
     agent, _ = make_agent([tool_call("fetch", {"page": p}) for p in range(5)] + ["done"], tools=[fetch])
     assert agent.invoke({"task": "t"}, THREAD)["finish_reason"] == "answered"
     assert runs == [0, 1, 2, 3, 4]
+
+
+LOOPING_MODELS = {
+    "same-success": lambda n: tool_call("add", {"a": 1, "b": 1}),
+    "same-failure": lambda n: tool_call("explode", {"reason": "x"}),
+    "failures-and-cache": lambda n: (
+        tool_call("explode", {"reason": str(n)}) if n % 2 else tool_call("add", {"a": 1, "b": 1})
+    ),
+}
+
+
+@pytest.mark.parametrize("looping", list(LOOPING_MODELS), ids=list(LOOPING_MODELS))
+@pytest.mark.parametrize(
+    ("budget", "reason"), [({"max_iterations": 12}, "max_iterations"), ({"run_token_budget": 3_000}, "token_budget")]
+)
+def test_every_escalation_stays_within_the_iteration_and_token_budgets(looping, budget, reason):
+    # Guards that never break here (huge limits) still cannot keep a run going past its budgets.
+    rounds = itertools.count()
+    model = ScriptedChatModel(respond=lambda messages: LOOPING_MODELS[looping](next(rounds)), max_calls=40)
+    limits = {"repeats_after_feedback": 1_000, "error_threshold": 1_000, "max_iterations": 30, **budget}
+    summarizer = ScriptedChatModel(respond=lambda messages: "earlier steps")
+    agent = build_agent(model, [add, explode], config=AgentConfig(**limits), summary_model=summarizer)
+    result = agent.invoke({"task": "t"}, THREAD)
+    assert result["finish_reason"] == reason and result["iteration"] <= limits["max_iterations"]
+    assert len(model.calls) == result["iteration"]
+    assert pairing_violations(result["messages"][:-1]) == []
 
 
 def test_max_iterations_ends_the_run_with_an_explanation():
@@ -316,8 +486,9 @@ def test_explode_is_reported_not_raised():
 
 def test_the_iteration_guard_trips_before_langgraphs_recursion_limit():
     # 1700 rounds take more than LangGraph's default 10,007 steps: the agent's own guard must end the run.
-    model = ScriptedChatModel(respond=lambda messages: tool_call("add", {"a": len(messages), "b": 0}))
-    agent = build_agent(model, [add], config=AgentConfig(max_iterations=1700, max_repeats=10_000))
+    numbers = itertools.count()
+    model = ScriptedChatModel(respond=lambda messages: tool_call("add", {"a": next(numbers), "b": 0}))
+    agent = build_agent(model, [add], config=AgentConfig(max_iterations=1700))
     result = agent.invoke({"task": "t"})
     assert (result["finish_reason"], result["iteration"]) == ("max_iterations", 1700)
 

@@ -406,7 +406,8 @@ def test_identical_errors_from_different_calls_both_stay_in_the_window_end_to_en
 
 def test_a_true_repeat_leaves_a_digest_end_to_end():
     replies = [tool_call("add", {"a": 2, "b": 2}), tool_call("add", {"a": 2, "b": 2}), "done"]
-    agent, _ = make_agent(replies, compress_every=10)
+    # loop_window=1: the repeat runs (rather than being answered from cache), so its entry is a true repeat
+    agent, _ = make_agent(replies, compress_every=10, loop_window=1)
     result = agent.invoke({"task": "Add."}, new_thread())
     assert window_of(result) == ["add{'a': 2, 'b': 2}"]
     assert result["pending"] == ['add({"a": 2, "b": 2}) -> 4']

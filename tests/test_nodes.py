@@ -7,8 +7,10 @@ from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, Syst
 from langgraph.types import Overwrite
 
 from reinloop.nodes import check_finish, circuit_break, compress_memory, decide, execute_tool, observe, validate_args
-from reinloop.state import CallCheck, ToolOutcome, act, answer, unparsable
-from reinloop.testing import ScriptedChatModel, tool_call
+from reinloop.nodes.check_finish import REFLECTION_TEMPLATE
+from reinloop.repeats import CACHED_RESULT_TEMPLATE
+from reinloop.state import CallCheck, CallRecord, ToolOutcome, act, answer, unparsable
+from reinloop.testing import ScriptedChatModel, json_action, tool_call
 from reinloop.tools import ToolRegistry, accept_any
 from tests.conftest import THREAD, add, explode, lookup, make_context
 
@@ -48,7 +50,7 @@ def test_decide_sends_system_task_window_and_correction_and_stores_a_parsed_repl
     assert update["decision"]["kind"] == "act"
     assert update["messages"][0].tool_calls[0]["args"] == {"a": 1, "b": 2}
     assert update["correction"] is None
-    assert "iteration" not in update  # counters untouched mid-run
+    assert "iteration" not in update and "reflection" not in update  # counters untouched mid-run
 
 
 def test_decide_keeps_an_unparsable_reply_out_of_the_window():
@@ -95,13 +97,13 @@ def test_validate_args_unparsable_without_retries_gives_up_the_retry():
 
 def test_validate_args_accepts_valid_calls_and_records_canonical_signatures():
     ctx = make_context()
-    state = {"decision": act([call("add", {"b": "2", "a": 1})]), "recent_calls": [], "parse_retries": 1}
+    state = {"decision": act([call("add", {"b": "2", "a": 1})]), "call_window": [], "parse_retries": 1}
     update = frozen_call(validate_args, state, ctx, THREAD)
     (checked,) = update["checks"]
     assert checked["error_kind"] is None
     # coerced and sorted: the same call however the model spells it
     assert checked["signature"] == 'add{"a": 1, "b": 2}'
-    assert update["recent_calls"] == [['add{"a": 1, "b": 2}']]
+    assert "call_window" not in update  # observe records what became of the call
     assert update["parse_retries"] == 0
 
 
@@ -118,7 +120,7 @@ def test_validate_args_accepts_valid_calls_and_records_canonical_signatures():
 )
 def test_validate_args_rejects_bad_calls_with_actionable_feedback(name, args, kind, mentions):
     ctx = make_context()
-    update = validate_args({"decision": act([call(name, args)]), "recent_calls": []}, ctx, THREAD)
+    update = validate_args({"decision": act([call(name, args)]), "call_window": []}, ctx, THREAD)
     (checked,) = update["checks"]
     assert checked["error_kind"] == kind
     for text in mentions:
@@ -142,17 +144,54 @@ def test_validate_args_lets_schemas_that_allow_extra_arguments_have_them():
     assert update["checks"][0]["error_kind"] is None
 
 
+SIG = 'add{"a": 1, "b": 2}'
+
+
+def rec(outcome, result=None, signature=SIG):
+    return CallRecord(signature=signature, outcome=outcome, result=result)
+
+
+def judged(window, tools=(add, lookup, explode), calls=None, **config):
+    ctx = make_context(tools=tools, **config)
+    state = {"decision": act(calls or [call("add", {"a": 1, "b": 2})]), "call_window": window}
+    return frozen_call(validate_args, state, ctx, THREAD)["checks"]
+
+
 def test_validate_args_refuses_the_repeat_that_exceeds_max_repeats_within_the_window():
-    ctx = make_context(loop_window=3, max_repeats=2)
-    sig = 'add{"a": 1, "b": 2}'
-    state = {"decision": act([call("add", {"a": 1, "b": 2})]), "recent_calls": [[sig], [sig]]}
-    (checked,) = validate_args(state, ctx, THREAD)["checks"]
-    assert checked["error_kind"] == "repeated_call" and "3 times in the last 3 decisions" in checked["error"]
-    # outside the window the old calls no longer count
-    state = {**state, "recent_calls": [[sig], [sig], ['lookup{"key": "x"}'], ['lookup{"key": "y"}']]}
-    update = validate_args(state, ctx, THREAD)
-    assert update["checks"][0]["error_kind"] is None
-    assert len(update["recent_calls"]) == 3
+    (checked,) = judged([[rec("failed")], [rec("failed")]], loop_window=3, max_repeats=2)
+    assert checked["error_kind"] == "repeated_call" and checked.get("cached") is None
+    assert "3 times in the last 3 decisions, and it failed" in checked["error"]
+    # below max_repeats a failed call may run again; outside the window the old calls no longer count
+    assert judged([[rec("failed")]], loop_window=3, max_repeats=2)[0]["error_kind"] is None
+    other = rec("ok", "x", signature='lookup{"key": "x"}')
+    (checked,) = judged([[rec("failed")], [rec("failed")], [other], [other]], loop_window=3, max_repeats=2)
+    assert checked["error_kind"] is None
+
+
+def test_validate_args_answers_an_identical_call_after_a_success_from_cache():
+    (checked,) = judged([[rec("ok", "3")], [rec("failed", signature="other")]], loop_window=3)
+    assert (checked["error_kind"], checked["cached"]) == (None, "3")
+    # the latest outcome counts: a success after a failure, and a failure after a success
+    assert judged([[rec("failed")], [rec("ok", "3")]])[0]["cached"] == "3"
+    assert judged([[rec("ok", "3")], [rec("failed")]])[0].get("cached") is None
+    # out of the window, or a tool that opted out: the call runs
+    assert judged([[rec("ok", "3")], [], []], loop_window=3)[0].get("cached") is None
+    registry = ToolRegistry()
+    registry.add(add, cacheable=False)
+    assert judged([[rec("ok", "3")]], tools=registry)[0] == judged([], tools=registry)[0]
+
+
+def test_validate_args_ends_a_repeat_after_more_feedback_than_allowed_as_a_dead_loop():
+    window = [[rec("ok", "3")], [rec("cached", "3")]]
+    assert judged(window, repeats_after_feedback=1)[0]["cached"] == "3"  # one repeat after the feedback
+    (checked,) = judged(window, repeats_after_feedback=0)
+    assert checked["error_kind"] == "repeat_after_feedback" and "ends the run as a dead loop" in checked["error"]
+    (checked,) = judged([[rec("refused")], [rec("refused")]], repeats_after_feedback=1)
+    assert checked["error_kind"] == "repeat_after_feedback"
+    # within one decision: the third identical call after a success is the second repeat after feedback
+    calls = [call("add", {"a": 1, "b": 2}, f"c{n}") for n in range(3)]
+    kinds = [(c["error_kind"], c.get("cached")) for c in judged([[rec("ok", "3")]], calls=calls)]
+    assert kinds == [(None, "3"), (None, "3"), ("repeat_after_feedback", None)]
 
 
 def test_validate_args_final_answer_has_no_checks():
@@ -216,6 +255,41 @@ def test_observe_answers_every_call_in_order_and_counts_errors():
     assert update["consecutive_errors"] == 2  # success reset 1 -> 0, then two errors
 
 
+def test_observe_sends_answers_from_cache_and_refusals_and_records_what_became_of_each_call():
+    checks = [
+        {**check("add", {}, "c1"), "cached": "4"},
+        check("add", {}, "c2", "repeated_call", "Error: not run"),
+        check("lookup", {}, "c3"),
+        check("explode", {}, "c4"),
+    ]
+    results = [
+        ToolOutcome(call_id="c3", name="lookup", content="Paris", error_kind=None),
+        ToolOutcome(call_id="c4", name="explode", content="Error: boom", error_kind="tool_error"),
+    ]
+    earlier = [[rec("ok", "x", signature=f"s{n}")] for n in range(3)]
+    state = {"decision": act([]), "checks": checks, "tool_results": results, "call_window": earlier}
+    update = frozen_call(observe, state, make_context(loop_window=3))
+    assert [(m.content, m.status) for m in update["messages"]] == [
+        (CACHED_RESULT_TEMPLATE.format(result="4"), "success"),
+        ("Error: not run", "error"),
+        ("Paris", "success"),
+        ("Error: boom", "error"),
+    ]
+    assert CACHED_RESULT_TEMPLATE.format(result="4").endswith("\n4")
+    assert update["call_window"] == [
+        *earlier[-2:],
+        [
+            rec("cached", "4", "add"),
+            rec("refused", None, "add"),
+            rec("ok", "Paris", "lookup"),
+            rec("failed", None, "explode"),
+        ],
+    ]
+    # an answer from cache is neither an error nor a real success: the streak is left as it was
+    state = {"decision": act([]), "checks": checks[:1], "tool_results": [], "consecutive_errors": 2}
+    assert observe(state, make_context())["consecutive_errors"] == 2
+
+
 def test_observe_sends_outcomes_as_execute_tool_stored_them():
     # execute_tool cut the tool's output where it was stored; a second cut here would differ from the record.
     long = "y" * 2_000
@@ -234,6 +308,24 @@ def test_observe_reports_an_exhausted_parse_failure_as_a_note():
     (note,) = update["messages"]
     assert isinstance(note, HumanMessage) and "no JSON object" in note.content
     assert update["consecutive_errors"] == 1
+    assert update["streak_errors"] == ["your reply: could not be read (no JSON object)"]
+
+
+def test_observe_keeps_one_line_per_error_of_the_streak_and_clears_it_with_a_real_success():
+    checks = [check("nope", {"n": n}, f"c{n}", "unknown_tool", f"Error: unknown\n tool {n}") for n in range(3)]
+    state = {"decision": act([]), "checks": checks, "streak_errors": ["older"], "reflected_at": None}
+    update = frozen_call(observe, state, make_context(error_threshold=2))
+    # the last error_threshold lines, each on one line
+    assert update["streak_errors"] == ['nope({"n": 1}): Error: unknown tool 1', 'nope({"n": 2}): Error: unknown tool 2']
+    long = check("add", {"a": "x" * 500}, "c9", "invalid_args", "Error: bad")
+    (line,) = observe({"decision": act([]), "checks": [long]}, make_context())["streak_errors"]
+    assert len(line) < 250 and line.endswith("more characters cut]")
+    ran = [check("add", {}, "c1"), checks[0]]
+    results = [ToolOutcome(call_id="c1", name="add", content="3", error_kind=None)]
+    state = {"decision": act([]), "checks": ran, "tool_results": results, "streak_errors": ["a", "b", "c"]}
+    update = observe({**state, "consecutive_errors": 3, "reflected_at": 3}, make_context())
+    assert (update["consecutive_errors"], update["reflected_at"]) == (1, None)
+    assert update["streak_errors"] == ['nope({"n": 0}): Error: unknown tool 0']
 
 
 def test_observe_refuses_a_validated_call_without_an_outcome():
@@ -305,8 +397,11 @@ def test_compress_memory_survives_a_failing_summarizer():
     ("state", "reason"),
     [
         ({"decision": answer("42"), "iteration": 19}, "answered"),
-        ({"decision": act([]), "checks": [check("add", {}, error_kind="repeated_call")]}, "dead_loop"),
-        ({"decision": act([]), "checks": [], "consecutive_errors": 3}, "error_streak"),
+        ({"decision": act([]), "checks": [check("add", {}, error_kind="repeat_after_feedback")]}, "dead_loop"),
+        ({"decision": act([]), "checks": [check("add", {}, error_kind="repeated_call")]}, None),
+        ({"decision": act([]), "checks": [], "consecutive_errors": 3, "reflected_at": 2}, "error_streak"),
+        ({"decision": act([]), "checks": [], "consecutive_errors": 3}, None),
+        ({"decision": act([]), "checks": [], "consecutive_errors": 3, "reflected_at": 3}, None),
         ({"decision": act([]), "checks": [], "iteration": 19, "iterations_left": 1}, "max_iterations"),
         ({"decision": act([]), "checks": [], "iteration": 0}, None),
         ({"decision": act([]), "checks": [], "iteration": 5, "iterations_left": 1}, "max_iterations"),
@@ -316,7 +411,10 @@ def test_compress_memory_survives_a_failing_summarizer():
     ids=[
         "answer-wins-on-last-round",
         "dead-loop",
-        "error-streak",
+        "refused-repeat-goes-on",
+        "error-streak-after-the-reflection-turn",
+        "error-streak-reaches-the-limit-reflection-turn",
+        "no-new-error-after-the-reflection-turn",
         "max-iterations",
         "first-round",
         "resumed-budget-spent",
@@ -332,6 +430,34 @@ def test_check_finish(state, reason):
     assert update["iteration"] == state.get("iteration", 0) + 1
     if reason == "answered":
         assert update["final_answer"] == "42"
+
+
+def test_check_finish_grants_one_reflection_turn_with_what_failed():
+    state = {"decision": act([]), "checks": [], "consecutive_errors": 3, "streak_errors": ["a(1): boom", "b(): no"]}
+    update = frozen_call(check_finish, state, make_context(error_threshold=3))
+    assert (update["finish_reason"], update["reflected_at"]) == (None, 3)
+    assert update["reflection"] == REFLECTION_TEMPLATE.format(count=3, errors="- a(1): boom\n- b(): no")
+    # once per streak: the same count again goes on without a new turn, one more error trips
+    update = check_finish({**state, "reflected_at": 3}, make_context(error_threshold=3))
+    assert (update["finish_reason"], "reflection" in update) == (None, False)
+    assert check_finish({**state, "reflected_at": 2}, make_context())["finish_reason"] == "error_streak"
+    # a breaker that trips anyway wins: no reflection turn on the last round
+    update = check_finish({**state, "iterations_left": 1}, make_context())
+    assert (update["finish_reason"], "reflection" in update) == ("max_iterations", False)
+    update = check_finish(state, make_context(error_reflection=False))
+    assert (update["finish_reason"], "reflection" in update) == ("error_streak", False)
+
+
+def test_decide_ends_the_prompt_with_the_reflection_and_clears_it_once_a_reply_parses():
+    model = ScriptedChatModel(replies=["not json", json_action("add", {"a": 1, "b": 1})])
+    ctx = make_context(model=model, protocol="json")
+    state = {"task": "t", "messages": [], "reflection": "Your last 3 attempts failed", "correction": "fix it"}
+    update = frozen_call(decide, state, ctx, {})
+    assert [m.content for m in model.calls[0].messages[-2:]] == ["Your last 3 attempts failed", "fix it"]
+    assert "reflection" not in update  # unparsable: the retry still shows it
+    update = decide({**state, "correction": None}, ctx, {})
+    assert model.calls[1].messages[-1].content == "Your last 3 attempts failed"
+    assert update["reflection"] is None
 
 
 # circuit_break -------------------------------------------------------------------------------------------
@@ -352,12 +478,12 @@ def test_circuit_break_explains_the_reason_and_how_to_resume(reason, mentions):
         "iteration": 4,
         "consecutive_errors": 3,
         "messages": [ToolMessage("Error: boom", tool_call_id="c1", status="error")],
-        "checks": [
-            CallCheck(call_id="c1", name="add", args={}, signature='add{"a": 1}', error_kind="repeated_call", error="x")
-        ],
+        "checks": [{**check("add", {}, error_kind="repeat_after_feedback", error="x"), "signature": 'add{"a": 1}'}],
     }
-    (message,) = frozen_call(circuit_break, state, make_context())["messages"]
+    update = frozen_call(circuit_break, {**state, "reflection": "pending"}, make_context())
+    (message,) = update["messages"]
     assert mentions in message.content and "reinloop.resume" in message.content
+    assert update["reflection"] is None  # a turn the run did not take is not for the next run
 
 
 def test_nodes_take_only_tools_from_their_context():

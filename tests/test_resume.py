@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from langchain_core.messages import HumanMessage
+from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 
 from reinloop import ConfigurationError, ResumeError, build_agent, resume
@@ -44,19 +45,33 @@ def test_resume_budget_is_enforced_again():
 
 
 def test_resume_after_an_error_streak_clears_the_streak():
-    script = [tool_call("nope")] * 2 + [tool_call("add", {"a": 1, "b": 1}), "2"]
+    # two errors, the reflection turn, a third error: error_streak
+    script = [tool_call("nope")] * 3 + [tool_call("add", {"a": 1, "b": 1}), "2"]
     agent, _ = make_agent(script, error_threshold=2, loop_window=1)
-    assert agent.invoke({"task": "t"}, THREAD)["finish_reason"] == "error_streak"
+    broken = agent.invoke({"task": "t"}, THREAD)
+    assert (broken["finish_reason"], broken["reflected_at"]) == ("error_streak", 2)
     result = resume(agent, THREAD)
     assert (result["finish_reason"], result["consecutive_errors"]) == ("answered", 0)
+    assert (result["reflected_at"], result["streak_errors"], result["reflection"]) == (None, [], None)
 
 
 def test_resume_after_a_dead_loop_forgets_the_recent_calls():
-    script = [tool_call("add", {"a": 1, "b": 1})] * 3 + [tool_call("add", {"a": 1, "b": 1}), "2"]
-    agent, _ = make_agent(script)
+    runs = []
+
+    @tool
+    def fetch(page: int) -> str:
+        """Fetch one page."""
+        runs.append(page)
+        return f"page {page}"
+
+    # a run, an answer from cache, one allowed repeat after it, and the repeat that is a dead loop
+    script = [tool_call("fetch", {"page": 1})] * 4 + [tool_call("fetch", {"page": 1}), "page 1"]
+    agent, _ = make_agent(script, tools=[fetch])
     assert agent.invoke({"task": "t"}, THREAD)["finish_reason"] == "dead_loop"
-    result = resume(agent, THREAD, hint="You already have the sum.")
-    assert result["finish_reason"] == "answered"
+    assert runs == [1]
+    result = resume(agent, THREAD, hint="Fetch it once more if you must.")
+    assert result["finish_reason"] == "answered" and result["call_window"][-1][0]["outcome"] == "ok"
+    assert runs == [1, 1]  # the cleared window neither answered it from cache nor refused it
 
 
 @pytest.mark.parametrize(
@@ -70,7 +85,7 @@ def test_resume_after_a_dead_loop_forgets_the_recent_calls():
     ids=["no-thread-id", "unknown-thread", "answered-thread", "zero-extra"],
 )
 def test_resume_refuses_what_it_cannot_do(setup, config, error, message):
-    script = {"none": [], "answered": ["done"], "broken": [tool_call("nope")] * 3}[setup]
+    script = {"none": [], "answered": ["done"], "broken": [tool_call("nope")] * 4}[setup]
     agent, _ = make_agent(script, loop_window=1)
     if setup != "none":
         agent.invoke({"task": "t"}, THREAD)

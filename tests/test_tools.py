@@ -111,8 +111,11 @@ def test_injected_arguments_are_not_shown_to_or_validated_for_the_model():
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [({"timeout_s": 0}, "timeout_s for tool 'echo' must be positive")],
-    ids=["zero-timeout"],
+    [
+        ({"timeout_s": 0}, "timeout_s for tool 'echo' must be positive"),
+        ({"cacheable": "no"}, "cacheable for tool 'echo' must be True or False"),
+    ],
+    ids=["zero-timeout", "cacheable-not-bool"],
 )
 def test_registry_rejects_bad_settings(kwargs, message):
     with pytest.raises(ConfigurationError, match=message):
@@ -136,3 +139,32 @@ def lambda_free_tool(text: str) -> str:
 
 
 lambda_free_tool.name = "echo"
+
+
+def test_a_tool_declares_itself_not_cacheable_and_add_overrides_it():
+    @tool
+    def clock() -> str:
+        """The time."""
+        return "noon"
+
+    clock.metadata = {"reinloop": {"cacheable": False}}
+    reg = ToolRegistry([clock, add])
+    assert (reg["clock"].cacheable, reg["add"].cacheable) == (False, True)
+    reg = ToolRegistry()
+    reg.add(clock, cacheable=True)
+    reg.add(add, cacheable=False)
+    assert (reg["clock"].cacheable, reg["add"].cacheable) == (True, False)
+
+
+def test_the_toolsets_time_and_state_readers_are_not_cacheable(tmp_path):
+    from reinloop import default_toolset
+    from reinloop.tools.weather import WeatherTool
+
+    reg = ToolRegistry([*default_toolset(tmp_path), WeatherTool(base_url="http://127.0.0.1:9")])
+    assert sorted(entry.name for entry in reg if not entry.cacheable) == [
+        "current_time",
+        "db_query",
+        "file_read",
+        "timer",
+        "weather",
+    ]

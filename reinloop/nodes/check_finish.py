@@ -1,11 +1,14 @@
 """check_finish: count the round and decide whether the run goes on.
 
-Reads `iteration` and `iterations_left`, and what the breakers' predicates read (`reinloop.breakers`):
-`decision`, `checks`, `consecutive_errors`, `usage`, `tool_attempts`. Writes `iteration`, `iterations_left`
-(left as it was when answered), `finish_reason` and `final_answer` (None unless answered). Outcomes: the
-first entry of `BREAKERS` that trips, in table order: answered; dead_loop (a repeated call was refused this
-round, before it ran); error_streak; token_budget (`usage` reached `run_token_budget`); max_tool_attempts
-(`tool_attempts` reached it); max_iterations; or go on (`finish_reason` None).
+Reads `iteration` and `iterations_left`, what the breakers' predicates read (`reinloop.breakers`):
+`decision`, `checks`, `consecutive_errors`, `reflected_at`, `usage`, `tool_attempts` and `streak_errors`.
+Writes `iteration`, `iterations_left` (left as it was when answered), `finish_reason` and `final_answer`
+(None unless answered), and, for a reflection turn, `reflection` and `reflected_at`. Outcomes: the first
+entry of `BREAKERS` that trips, in table order: answered; dead_loop (a call the model kept repeating after it
+was answered from cache or refused was refused this round, before it ran); error_streak (the errors
+continued after the reflection turn); token_budget (`usage` reached `run_token_budget`); max_tool_attempts
+(`tool_attempts` reached it); max_iterations; or go on (`finish_reason` None), with a reflection turn when
+the error streak first reaches `error_threshold`: the next decision is shown what failed.
 """
 
 from __future__ import annotations
@@ -16,7 +19,13 @@ from reinloop.breakers import BREAKERS
 from reinloop.context import AgentContext
 from reinloop.state import AgentState
 
-__all__ = ["check_finish"]
+__all__ = ["REFLECTION_TEMPLATE", "check_finish"]
+
+REFLECTION_TEMPLATE = (
+    "Your last {count} attempts failed:\n{errors}\n"
+    "Do not repeat them. Take a different approach: another tool, other arguments, or your final answer "
+    "from what you already know."
+)
 
 
 def check_finish(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
@@ -29,4 +38,15 @@ def check_finish(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
     reason = next((entry.reason for entry in BREAKERS if entry.trips(after, ctx.settings)), None)
     if reason == "answered":
         return {"iteration": counted["iteration"], "final_answer": state["decision"]["answer"], "finish_reason": reason}
-    return {**counted, "finish_reason": reason, "final_answer": None}
+    update = {**counted, "finish_reason": reason, "final_answer": None}
+    if reason is None and _reflection_due(state, ctx):
+        errors = state.get("consecutive_errors", 0)
+        lines = "\n".join(f"- {line}" for line in state.get("streak_errors") or [])
+        update.update(reflection=REFLECTION_TEMPLATE.format(count=errors, errors=lines), reflected_at=errors)
+    return update
+
+
+def _reflection_due(state: AgentState, ctx: AgentContext) -> bool:
+    """The error streak reached its limit for the first time: one reflection turn before error_streak."""
+    errors, settings = state.get("consecutive_errors", 0), ctx.settings
+    return settings.error_reflection and errors >= settings.error_threshold and state.get("reflected_at") is None

@@ -1,8 +1,9 @@
 """circuit_break: end a run that tripped a breaker, gracefully and resumably.
 
 Reads `finish_reason` and the counters. Writes `messages`: one explanatory final message naming the reason,
-what led to it, and how to resume (the reason's template in `reinloop.breakers`, filled in here). The
-checkpoint keeps everything else, so `reinloop.resume` can continue the thread with a fresh budget.
+what led to it, and how to resume (the reason's template in `reinloop.breakers`, filled in here); and clears
+a pending `reflection`. The checkpoint keeps everything else, so `reinloop.resume` can continue the thread
+with a fresh budget.
 """
 
 from __future__ import annotations
@@ -43,11 +44,13 @@ def circuit_break(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
         loop_window=ctx.settings.loop_window,
         tool_attempts=state.get("tool_attempts", 0),
         max_tool_attempts=tool_attempt_limit(state, ctx.settings),
+        repeats_after_feedback=ctx.settings.repeats_after_feedback,
         repeated=", ".join(
-            check["signature"] for check in state.get("checks", []) if check["error_kind"] == "repeated_call"
+            check["signature"] for check in state.get("checks", []) if check["error_kind"] == "repeat_after_feedback"
         ),
     )
-    return {"messages": [AIMessage(text + RESUME_ADVICE, name="circuit_break")]}
+    # A reflection turn the run did not get to take is not for the next run's first decision.
+    return {"messages": [AIMessage(text + RESUME_ADVICE, name="circuit_break")], "reflection": None}
 
 
 def _last_error(state: AgentState) -> str:

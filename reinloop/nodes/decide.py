@@ -1,12 +1,13 @@
 """decide: ask the model for the next decision, within the context token budget.
 
-Reads `task`, `messages` (the window), `summaries`, `pending`, `correction`, `usage`, and recalls
-long-term memories from the store. Writes `decision`, `correction` (cleared), `last_call`, `usage` and,
-when the reply parses, appends it to `messages` with its thought cut to `thought_max_chars`. Outcomes: an
-"act" or "answer" decision, or an "unparsable" one whose raw text (cut to RAW_KEPT_CHARS) stays out of the
-window (validate_args chooses between a retry and error feedback). A call whose arguments a checkpointer
-cannot store makes the reply unparsable, with an error naming the problem: nothing unstorable enters
-state, and all text from the model is cleaned of surrogates and NULs. Before the call it checks that every
+Reads `task`, `messages` (the window), `summaries`, `pending`, `reflection`, `correction`, `usage`, and
+recalls long-term memories from the store. Writes `decision`, `correction` (cleared), `last_call`, `usage`
+and, when the reply parses, `reflection` (cleared: the reflection turn is taken) and appends the reply to
+`messages` with its thought cut to `thought_max_chars`. Outcomes: an "act" or "answer" decision, or an
+"unparsable" one whose raw text (cut to RAW_KEPT_CHARS) stays out of the window (validate_args chooses
+between a retry and error feedback). A call whose arguments a checkpointer cannot store makes the reply
+unparsable, with an error naming the problem: nothing unstorable enters state, and all text from the model
+is cleaned of surrogates and NULs. Before the call it checks that every
 tool call in the window has its result, and cuts the prompt to the budget. A thread whose previous run
 finished starts a new run here: its per-run counters are reset.
 """
@@ -61,6 +62,8 @@ def decide(
     update: dict[str, Any] = {"decision": decision, "correction": None}
     if stored is not None:
         update["messages"] = [_short_thought(stored, ctx.settings.thought_max_chars)]
+        if state.get("reflection") is not None:
+            update["reflection"] = None
     if new_run:
         update.update(FRESH_BUDGETS, iteration=0)
     update["last_call"] = last_call
@@ -81,6 +84,7 @@ def build_prompt(state: AgentState, ctx: AgentContext, memories: Sequence[str] =
         pending=state.get("pending") or [],
         memories=memories,
         correction=state.get("correction"),
+        reflection=state.get("reflection"),
     )
 
 

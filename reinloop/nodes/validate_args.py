@@ -1,11 +1,12 @@
 """validate_args: check every requested call before anything runs.
 
-Reads `decision`, `parse_retries`, `recent_calls`, `calls_seen`, `tool_attempts`. Writes `checks` (each with
-its idempotency key and the attempts it may have), `recent_calls`, `calls_seen`, `parse_retries`,
-`correction`, and resets `tool_results`. Outcomes: a correction hint for a retry of an unparsable reply;
-exhausted retries (observe reports the parse error); a final answer; and for tool calls one `CallCheck` each,
-either ready to run or rejected as unknown tool, invalid arguments, a repeated call (dead loop), or over the
-run's tool-attempt budget.
+Reads `decision`, `parse_retries`, `call_window`, `calls_seen`, `tool_attempts`. Writes `checks` (each with
+its idempotency key and the attempts it may have), `calls_seen`, `parse_retries`, `correction`, and resets
+`tool_results`. Outcomes: a correction hint for a retry of an unparsable reply; exhausted retries (observe
+reports the parse error); a final answer; and for tool calls one `CallCheck` each, judged by the repeat
+guards (`reinloop.repeats`): ready to run, answered from cache (an identical call succeeded recently), or
+rejected as unknown tool, invalid arguments, a repeated call (feedback), a repeat after that feedback (dead
+loop), or over the run's tool-attempt budget.
 
 A call ready to run may have `tool_attempts` attempts if its tool is retryable, else one, within what is left
 of `max_tool_attempts`: each call of the round gets its first attempt, in order, before any gets a retry, and
@@ -15,7 +16,6 @@ a call for which not even one is left is refused, so that the budget holds.
 from __future__ import annotations
 
 import json
-from collections import Counter
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from reinloop.breakers import tool_attempt_limit
 from reinloop.context import AgentContext
+from reinloop.repeats import RepeatGuard
 from reinloop.state import AgentState, CallCheck, Decision, ErrorKind
 from reinloop.text import truncate
 from reinloop.tools.effects import call_key
@@ -33,7 +34,6 @@ __all__ = [
     "INVALID_ARGS_TEMPLATE",
     "OVER_BUDGET_TEMPLATE",
     "PARSE_RETRY_TEMPLATE",
-    "REPEATED_CALL_TEMPLATE",
     "UNKNOWN_TOOL_TEMPLATE",
     "validate_args",
 ]
@@ -43,11 +43,6 @@ PARSE_RETRY_TEMPLATE = (
 )
 UNKNOWN_TOOL_TEMPLATE = "Error: {name!r} is not a valid tool. Call one of [{available}] instead."
 INVALID_ARGS_TEMPLATE = "Error: invalid arguments for {name!r}: {problems}. Expected {signature}."
-REPEATED_CALL_TEMPLATE = (
-    "Error: not run. {name!r} was requested with these exact arguments {count} times in the last "
-    "{window} decisions, and repeating it cannot give a new result. Use what you already know: "
-    "change the arguments, use another tool, or give your final answer."
-)
 OVER_BUDGET_TEMPLATE = (
     "Error: not run. This run has made all the {limit} tool calls it may make. Give your final answer with "
     "what you already know."
@@ -70,11 +65,11 @@ def validate_args(state: AgentState, ctx: AgentContext, config: RunnableConfig) 
         seen = state.get("calls_seen", 0)
         thread_id = (config.get("configurable") or {}).get("thread_id")
         keys = [call_key(thread_id, seen + number, call["id"]) for number, call in enumerate(decision["calls"], 1)]
-        checks, recent_calls = _check_calls(decision, keys, state.get("recent_calls") or [], ctx)
+        guard = RepeatGuard.over(state.get("call_window") or [], ctx.settings, ctx.registry)
+        checks = [guard.judge(_check_call(call, key, ctx)) for call, key in zip(decision["calls"], keys, strict=True)]
         limit = tool_attempt_limit(state, ctx.settings)
         update["checks"] = _allot_attempts(checks, limit, limit - state.get("tool_attempts", 0), ctx)
         update["calls_seen"] = seen + len(checks)
-        update["recent_calls"] = recent_calls
     return update
 
 
@@ -85,38 +80,26 @@ def _correction(decision: Decision, ctx: AgentContext) -> str:
     )
 
 
-def _check_calls(
-    decision: Decision, keys: list[str], recent_calls: list[list[str]], ctx: AgentContext
-) -> tuple[list[CallCheck], list[list[str]]]:
-    window = ctx.settings.loop_window
-    earlier = recent_calls[len(recent_calls) - (window - 1) :] if window > 1 else []
-    seen = Counter(signature for calls in earlier for signature in calls)
-    checks: list[CallCheck] = []
-    for call, key in zip(decision["calls"], keys, strict=True):
-        check = _check_call(call, key, ctx)
-        seen[check["signature"]] += 1
-        if seen[check["signature"]] > ctx.settings.max_repeats:
-            message = REPEATED_CALL_TEMPLATE.format(name=check["name"], count=seen[check["signature"]], window=window)
-            check = {**check, "error_kind": "repeated_call", "error": message}
-        checks.append(check)
-    return checks, [*earlier, [check["signature"] for check in checks]]
-
-
 def _allot_attempts(checks: list[CallCheck], limit: int, left: int, ctx: AgentContext) -> list[CallCheck]:
     """The checks with the attempts of each call ready to run, out of the `left` attempts of the run's `limit`."""
-    spare = left - sum(check["error_kind"] is None for check in checks)  # attempts left for retries
+    spare = left - sum(_runs(check) for check in checks)  # attempts left for retries
     allotted: list[CallCheck] = []
     for check in checks:
-        if check["error_kind"] is None and left <= 0:
+        if _runs(check) and left <= 0:
             message = OVER_BUDGET_TEMPLATE.format(limit=limit)
             check = {**check, "error_kind": "over_budget", "error": message}
-        elif check["error_kind"] is None:
+        elif _runs(check):
             wanted = ctx.settings.tool_attempts if ctx.registry[check["name"]].retryable else 1
             retries = min(wanted - 1, max(spare, 0))
             left, spare = left - 1, spare - retries
             check = {**check, "attempts": 1 + retries}
         allotted.append(check)
     return allotted
+
+
+def _runs(check: CallCheck) -> bool:
+    """Whether the call is to run: valid, and not answered from cache."""
+    return check["error_kind"] is None and check.get("cached") is None
 
 
 def _check_call(call: dict[str, Any], key: str, ctx: AgentContext) -> CallCheck:

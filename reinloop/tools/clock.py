@@ -11,6 +11,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from langchain_core.tools import BaseTool, ToolException
 from pydantic import BaseModel, Field
 
+from reinloop.tools.registry import POLICY_KEY
+
 __all__ = ["CurrentTimeTool", "TimerTool"]
 
 MAX_WAIT_S = 60.0
@@ -28,6 +30,8 @@ class CurrentTimeTool(BaseTool):
     name: str = "current_time"
     description: str = "Get the current date, time and weekday in a time zone."
     args_schema: type[BaseModel] = CurrentTimeInput
+    # Its result changes with time: an identical call runs again rather than being answered from cache.
+    metadata: dict[str, Any] | None = Field(default_factory=lambda: {POLICY_KEY: {"cacheable": False}})
     now: Callable[[ZoneInfo], datetime] = datetime.now
 
     def _run(self, timezone: str = "UTC", **_: Any) -> str:
@@ -51,6 +55,8 @@ class TimerTool(BaseTool):
     name: str = "timer"
     description: str = f"Wait for a number of seconds (at most {MAX_WAIT_S:g}), then return."
     args_schema: type[BaseModel] = TimerInput
+    # The wait is the point: an identical call waits again rather than being answered from cache.
+    metadata: dict[str, Any] | None = Field(default_factory=lambda: {POLICY_KEY: {"cacheable": False}})
     sleep: Callable[[float], None] = time.sleep
 
     def _run(self, seconds: float, **_: Any) -> str:

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from reinloop.errors import ConfigurationError
 from reinloop.tools.effects import EffectLedger, idempotency_key
+from reinloop.tools.registry import POLICY_KEY
 
 __all__ = ["DEFAULT_TABLES", "Database", "DbInsertTool", "DbQueryTool"]
 
@@ -176,6 +177,8 @@ class DbQueryTool(BaseTool):
     name: str = "db_query"
     description: str = QUERY_DESCRIPTION
     args_schema: type[BaseModel] = DbQueryInput
+    # db_insert changes what it reads: an identical call runs again rather than being answered from cache.
+    metadata: dict[str, Any] | None = Field(default_factory=lambda: {POLICY_KEY: {"cacheable": False}})
     database: Database
 
     model_config = ConfigDict(arbitrary_types_allowed=True)

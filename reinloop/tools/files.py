@@ -24,6 +24,7 @@ from langchain_core.tools import BaseTool, ToolException
 from pydantic import BaseModel, ConfigDict, Field
 
 from reinloop.tools.effects import EffectLedger, idempotency_key
+from reinloop.tools.registry import POLICY_KEY
 
 __all__ = ["FileReadTool", "FileWriteTool", "Workspace"]
 
@@ -85,6 +86,8 @@ class FileReadTool(BaseTool):
     name: str = "file_read"
     description: str = f"Read a text file from the workspace (up to {MAX_READ_BYTES // 1000} KB)."
     args_schema: type[BaseModel] = FileReadInput
+    # file_write changes what it reads: an identical call runs again rather than being answered from cache.
+    metadata: dict[str, Any] | None = Field(default_factory=lambda: {POLICY_KEY: {"cacheable": False}})
     workspace: Workspace
 
     model_config = ConfigDict(arbitrary_types_allowed=True)

@@ -24,7 +24,9 @@ RESERVED_TOOL_NAMES = frozenset({"final_answer"})
 # the arguments of `ToolRegistry.add` override it. The policy's keys and their defaults (`retryable` None:
 # as `idempotent`):
 POLICY_KEY = "reinloop"
-_POLICY_DEFAULTS: dict[str, Any] = {"isolation": "thread", "idempotent": True, "retryable": None}
+_POLICY_DEFAULTS: dict[str, Any] = {"isolation": "thread", "idempotent": True, "retryable": None, "cacheable": True}
+# The policy keys whose values are True or False (once `retryable`'s default is filled in).
+_FLAGS = ("idempotent", "retryable", "cacheable")
 
 
 def as_tool(obj: BaseTool | Callable[..., Any]) -> BaseTool:
@@ -56,6 +58,9 @@ class RegisteredTool:
     isolation: Isolation  # where a call runs: a thread of this process, or a worker process killed at the deadline
     idempotent: bool  # whether running the same call twice has no further effect (safe to run again)
     retryable: bool  # whether a call that raised or timed out is run again in place (AgentConfig.tool_attempts)
+    # whether an identical call soon after a success may be answered with that result instead of running:
+    # False for a tool whose result changes with time or with other calls' effects (a clock, a file read)
+    cacheable: bool
 
     @property
     def name(self) -> str:
@@ -114,9 +119,9 @@ def _policy(tool: BaseTool, **given: Any) -> dict[str, Any]:
         # A non-idempotent call that raised or timed out may have had its effect: running it again could
         # make it twice.
         policy["retryable"] = policy["idempotent"]
-    for key in ("idempotent", "retryable"):
-        if not isinstance(policy[key], bool):
-            raise ConfigurationError(f"{key} for tool {tool.name!r} must be True or False, got {policy[key]!r}")
+    for flag in _FLAGS:
+        if not isinstance(policy[flag], bool):
+            raise ConfigurationError(f"{flag} for tool {tool.name!r} must be True or False, got {policy[flag]!r}")
     return policy
 
 
@@ -152,16 +157,20 @@ class ToolRegistry:
         isolation: Isolation | None = None,
         idempotent: bool | None = None,
         retryable: bool | None = None,
+        cacheable: bool | None = None,
     ) -> BaseTool:
         """Register a tool. `check_result` decides what counts as an empty result; `timeout_s` overrides
         the agent's tool timeout for this tool. A duplicate or reserved name raises `ConfigurationError`.
 
-        `isolation`, `idempotent` and `retryable` default to the tool's own declaration in its metadata
-        (`{"reinloop": {"isolation": "process", "idempotent": False, "retryable": False}}`), else "thread",
-        True, and for `retryable` the tool's `idempotent`. A retryable tool's call that raises or times out is
-        run again in place (`AgentConfig.tool_attempts`), with the same idempotency key; a non-idempotent
-        tool is not, since its failed call may have had its effect, unless it says `retryable=True` (it finds
-        its earlier effect by the key, or fails before any effect).
+        `isolation`, `idempotent`, `retryable` and `cacheable` default to the tool's own declaration in its
+        metadata (`{"reinloop": {"isolation": "process", "idempotent": False, "retryable": False,
+        "cacheable": False}}`), else "thread", True, the tool's `idempotent`, and True. A retryable tool's call
+        that raises or times out is run again in place (`AgentConfig.tool_attempts`), with the same
+        idempotency key; a non-idempotent tool is not, since its failed call may have had its effect, unless
+        it says `retryable=True` (it finds its earlier effect by the key, or fails before any effect).
+        `cacheable=False` is for a tool whose result changes with time or with other calls' effects (a
+        clock, a file read): an identical call soon after a success runs again instead of being answered
+        with the earlier result.
         `isolation="process"` runs each call in a warm worker process that is killed at the deadline: for
         tools that may hold the GIL (a catastrophic regex) or call `sys.exit()`. The tool and `check_result`
         are pickled to the worker, so they must be defined at module level (a `BaseTool` subclass, or
@@ -185,7 +194,7 @@ class ToolRegistry:
             and issubclass(own_schema, BaseModel)
             and own_schema.model_config.get("extra") == "allow"
         )
-        policy = _policy(lc_tool, isolation=isolation, idempotent=idempotent, retryable=retryable)
+        policy = _policy(lc_tool, isolation=isolation, idempotent=idempotent, retryable=retryable, cacheable=cacheable)
         if policy["isolation"] == "process":
             _require_picklable(lc_tool, check_result)
         self._tools[name] = RegisteredTool(
@@ -198,6 +207,7 @@ class ToolRegistry:
             isolation=policy["isolation"],
             idempotent=policy["idempotent"],
             retryable=policy["retryable"],
+            cacheable=policy["cacheable"],
         )
         return lc_tool
 

@@ -13,6 +13,8 @@ import httpx
 from langchain_core.tools import BaseTool, ToolException
 from pydantic import BaseModel, Field
 
+from reinloop.tools.registry import POLICY_KEY
+
 __all__ = ["WeatherTool"]
 
 
@@ -26,6 +28,8 @@ class WeatherTool(BaseTool):
     name: str = "weather"
     description: str = "Get the current weather (temperature in Celsius and conditions) for a city."
     args_schema: type[BaseModel] = WeatherInput
+    # Its result changes with time: an identical call runs again rather than being answered from cache.
+    metadata: dict[str, Any] | None = Field(default_factory=lambda: {POLICY_KEY: {"cacheable": False}})
     base_url: str
     timeout_s: float = Field(5.0, gt=0)
 

@@ -1,0 +1,125 @@
+"""The repeat guards: what becomes of an identical call, given what the recent ones came to.
+
+An identical call is the same tool with the same canonical arguments (invalid arguments: as sent). The
+window is the last `loop_window` decisions that called tools, the current one included; `call_window` in
+state holds what became of each call of the earlier ones (observe records it), so a resumed run keeps it.
+Each requested call is judged in order, by the first rule that applies:
+
+1. The model was already answered from cache or refused for this call more than `repeats_after_feedback`
+   times in the window: refused (`repeat_after_feedback`), and `dead_loop` ends the run.
+2. Its latest outcome in the window is a success (it ran, or was answered from cache) and the tool is
+   cacheable: answered from cache, that is with the earlier observation and a note; it does not run.
+3. It is requested more than `max_repeats` times in the window (the seeds' dead-loop rule): refused with
+   feedback (`repeated_call`); it does not run.
+4. Otherwise it runs, or gets its validation error.
+
+Answers from cache and refusals are the result messages of their calls; they are not tool runs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from reinloop.config import AgentConfig
+from reinloop.state import CallCheck, CallRecord, ErrorKind, ToolOutcome
+from reinloop.tools.registry import ToolRegistry
+
+__all__ = [
+    "CACHED_RESULT_TEMPLATE",
+    "DEAD_LOOP_TEMPLATE",
+    "REPEATED_CALL_TEMPLATE",
+    "RepeatGuard",
+    "advance_window",
+    "record",
+]
+
+CACHED_RESULT_TEMPLATE = "Not run again: you already have this result from the identical call before.\n{result}"
+REPEATED_CALL_TEMPLATE = (
+    "Error: not run. {name!r} was requested with these exact arguments {count} times in the last "
+    "{window} decisions{failed}, and repeating it cannot give a new result. Change the arguments, use "
+    "another tool, or give your final answer."
+)
+DEAD_LOOP_TEMPLATE = (
+    "Error: not run. This exact {name!r} call was already answered from cache or refused {count} times in "
+    "the last {window} decisions, and repeating it again ends the run as a dead loop."
+)
+# Rejections that are feedback on the repetition itself, not on the call.
+_REFUSALS: frozenset[ErrorKind] = frozenset({"repeated_call", "repeat_after_feedback"})
+
+
+@dataclass
+class RepeatGuard:
+    """The rules above, over the earlier decisions of the window and the calls of this one judged so far."""
+
+    settings: AgentConfig
+    registry: ToolRegistry
+    requests: Counter[str] = field(default_factory=Counter)
+    feedback: Counter[str] = field(default_factory=Counter)
+    # The latest success of each call (None after a failure), as the observation the model was sent.
+    results: dict[str, str | None] = field(default_factory=dict)
+
+    @classmethod
+    def over(cls, window: list[list[CallRecord]], settings: AgentConfig, registry: ToolRegistry) -> RepeatGuard:
+        guard = cls(settings, registry)
+        # The window holds the current decision's place too: the earlier ones are its last loop_window - 1.
+        earlier = window[-(settings.loop_window - 1) :] if settings.loop_window > 1 else []
+        for records in earlier:
+            for entry in records:
+                guard._count(entry)
+        return guard
+
+    def judge(self, check: CallCheck) -> CallCheck:
+        """`check` as the rules decide: unchanged (it runs, or keeps its validation error), answered from
+        cache, or refused."""
+        signature, window = check["signature"], self.settings.loop_window
+        self.requests[signature] += 1
+        if self.feedback[signature] > self.settings.repeats_after_feedback:
+            count = self.feedback[signature]
+            message = DEAD_LOOP_TEMPLATE.format(name=check["name"], count=count, window=window)
+            judged: CallCheck = {**check, "error_kind": "repeat_after_feedback", "error": message}
+        elif (cached := self._cached(check)) is not None:
+            judged = {**check, "cached": cached}
+        elif (count := self.requests[signature]) > self.settings.max_repeats:
+            failed = ", and it failed" if signature in self.results and self.results[signature] is None else ""
+            message = REPEATED_CALL_TEMPLATE.format(name=check["name"], count=count, window=window, failed=failed)
+            judged = {**check, "error_kind": "repeated_call", "error": message}
+        else:
+            return check
+        self.feedback[signature] += 1
+        return judged
+
+    def _cached(self, check: CallCheck) -> str | None:
+        entry = self.registry.get(check["name"])
+        if check["error_kind"] is not None or entry is None or not entry.cacheable:
+            return None
+        return self.results.get(check["signature"])
+
+    def _count(self, entry: CallRecord) -> None:
+        signature = entry["signature"]
+        self.requests[signature] += 1
+        if entry["outcome"] in ("cached", "refused"):
+            self.feedback[signature] += 1
+        if entry["outcome"] in ("ok", "cached"):
+            self.results[signature] = entry["result"]
+        elif entry["outcome"] == "failed":
+            self.results[signature] = None
+
+
+def record(check: CallCheck, outcome: ToolOutcome | None) -> CallRecord:
+    """What became of one judged call: `outcome` is its run's, None when it did not run."""
+    signature = check["signature"]
+    if check.get("cached") is not None:
+        return CallRecord(signature=signature, outcome="cached", result=check.get("cached"))
+    if check["error_kind"] in _REFUSALS:
+        return CallRecord(signature=signature, outcome="refused", result=None)
+    if outcome is None or outcome["error_kind"] is not None:
+        return CallRecord(signature=signature, outcome="failed", result=None)
+    return CallRecord(signature=signature, outcome="ok", result=outcome["content"])
+
+
+def advance_window(
+    window: list[list[CallRecord]], records: list[CallRecord], loop_window: int
+) -> list[list[CallRecord]]:
+    """The window after a decision whose calls came to `records`: the last `loop_window` decisions."""
+    return [*window, records][-loop_window:]
