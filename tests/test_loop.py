@@ -133,7 +133,7 @@ def test_error_streak_trips_when_errors_continue_after_the_reflection_turn():
     lines = reflection.content.splitlines()[1:4]
     assert lines[0].startswith("- nope({}): Error: 'nope' is not a valid tool")
     assert lines[1].startswith('- add({"a": "x", "b": 1}): Error: invalid arguments for \'add\': a:')
-    assert lines[2].startswith('- explode({"reason": "r"}): Error: \'explode\' failed: ZeroDivisionError')
+    assert lines[2].startswith('- explode({"reason": "r"}): Error: \'explode\' failed (3 attempts): ZeroDivisionError')
     assert "different approach" in reflection.content
     # shown once: not in the window, not in earlier prompts
     assert all("attempts failed" not in m.text for m in result["messages"])
@@ -231,7 +231,8 @@ def test_an_identical_call_after_a_failure_is_refused_once_it_exceeds_max_repeat
         raise ToolException("the service is down")
 
     script = [tool_call("flaky", {"page": 1})] * (max_repeats + 1) + ["gave up"]
-    agent, _ = make_agent(script, tools=[flaky], max_repeats=max_repeats, error_threshold=10)
+    # one attempt per call: the model's repeats are what is counted, not retries in place
+    agent, _ = make_agent(script, tools=[flaky], max_repeats=max_repeats, error_threshold=10, tool_attempts=1)
     result = agent.invoke({"task": "t"}, THREAD)
     assert runs == [1] * max_repeats  # the model may retry up to max_repeats; the next one never runs
     refused = tool_messages(result)[-1]
@@ -263,7 +264,7 @@ def test_a_failing_call_repeated_ends_as_a_dead_loop_after_its_refusal_and_the_a
     agent, model = make_agent(script, error_threshold=10)
     result = agent.invoke({"task": "t"}, THREAD)
     seen = [call.messages[-1].content.split(".")[0] for call in model.calls[1:]] + [tool_messages(result)[-1].content]
-    assert seen[:4] == ["Error: 'explode' failed: ZeroDivisionError: division by zero"] * 2 + ["Error: not run"] * 2
+    assert seen[:4] == ["Error: 'explode' failed (3 attempts): ZeroDivisionError: division by zero"] * 2 + ["Error: not run"] * 2
     assert "ends the run as a dead loop" in seen[4]
     assert (result["finish_reason"], result["iteration"]) == ("dead_loop", 5)
 
