@@ -24,6 +24,7 @@ def test_every_task_is_solved_by_its_plan_without_faults():
     records = evaluate_suite(profile=NO_FAULTS, agents=("reinloop", "naive loop"))
     failed = [(record.agent, record.task) for record in records if not record.success]
     assert failed == []
+    assert [record for record in records if record.wasted_tool_calls or record.exceeded_budget] == []
 
 
 def test_a_wrong_answer_fails_the_check(tmp_path):
@@ -48,6 +49,34 @@ def test_reinloop_never_crashes_and_never_exceeds_its_budget(fault_rate):
     records = evaluate_suite(profile=profile, seed=1, agents=("reinloop",))
     assert not [record for record in records if record.crashed]
     assert max(record.decisions for record in records) <= BUDGET
+
+
+def test_a_runaway_is_recorded_over_budget_for_the_agents_the_evaluation_must_stop_never_raised():
+    profile = FaultProfile(fault_rate=0.0, tool_fault_rate=0.0, runaway_rate=1.0)
+    records = {record.agent: record for record in evaluate_suite(profile=profile, tasks=1)}  # calc-01: one step
+    assert {agent: record.finish for agent, record in records.items()} == {
+        "naive loop": "cap",
+        "create_agent": "recursion_limit",
+        "create_agent + middleware": "answered",  # its model call limit ends the run with a message
+        "reinloop": "max_iterations",
+    }
+    assert not any(record.crashed for record in records.values())
+    assert {agent: record.exceeded_budget for agent, record in records.items()} == {
+        "naive loop": True,
+        "create_agent": True,
+        "create_agent + middleware": False,
+        "reinloop": False,
+    }
+    assert records["create_agent"].decisions > BUDGET >= records["reinloop"].decisions
+    assert all(record.wasted_tool_calls == record.tool_calls - 1 > 0 for record in records.values())
+
+
+def test_wasted_tool_calls_are_executions_but_the_successful_ones_up_to_the_plan():
+    from reinloop.eval.simulated import ToolStats
+
+    stats = ToolStats()
+    stats.executed, stats.succeeded = 5, 3
+    assert (stats.wasted(1), stats.wasted(3), stats.wasted(4)) == (4, 2, 2)
 
 
 def test_the_report_shows_all_four_agents(tmp_path):

@@ -22,10 +22,24 @@ from reinloop.eval.tasks import SUITE, EvalTask
 from reinloop.memory.tokens import TokenCounter
 from reinloop.tools.toolset import default_toolset
 
-__all__ = ["AGENTS", "BUDGET", "RunRecord", "evaluate_suite", "summarize_runs", "write_report"]
+__all__ = ["AGENTS", "BUDGET", "HARD_STOPS", "METRICS", "RunRecord", "evaluate_suite", "summarize_runs", "write_report"]
 
 BUDGET = 20  # decisions each agent is meant to take at most
-HARD_CAP = 60  # the naive loop's only stop, so that the evaluation itself ends
+HARD_CAP = 60  # rounds before the evaluation stops an agent that does not stop itself, so that it ends
+# Finishes of a run stopped by the evaluation's cap rather than by the agent: the naive loop's, and LangGraph's
+# recursion limit on create_agent (set at HARD_CAP rounds). Recorded as outcomes, never as crashes.
+HARD_STOPS = ("cap", "recursion_limit")
+
+METRICS = f"""\
+Success: the task's check holds (the answer holds the expected value, and/or the file or the database row
+exists). Iterations: the agent's decisions (its model calls, without those of the translate tool and the
+summarizers). Runs over budget: runs that took more than {BUDGET} decisions, or that the evaluation had to
+stop because the agent did not (the naive loop at {HARD_CAP} decisions, create_agent at LangGraph's recursion
+limit, set at {HARD_CAP} rounds); reinloop (max_iterations {BUDGET}) and create_agent with middleware (a model
+call limit of {BUDGET}) stop themselves. Wasted tool calls: tool executions that did not serve the task, all
+executions but the successful ones counted up to the number of steps in the task's reference plan (so a
+failed call, a retry, a repeat, any call beyond the plan counts; a call refused before it runs does not).
+Prompt tokens: what the agent sent the model at its decisions, counted with tiktoken."""
 
 AGENTS = ("naive loop", "create_agent", "create_agent + middleware", "reinloop")
 
@@ -76,10 +90,15 @@ def _create_agent(middleware: Callable[[BaseChatModel], list[Any]]) -> Runner:
         model: BaseChatModel, tools: Sequence[BaseTool], task: EvalTask, config: dict[str, Any]
     ) -> tuple[str | None, str]:
         from langchain.agents import create_agent
+        from langgraph.errors import GraphRecursionError
 
         agent = create_agent(model, list(tools), middleware=middleware(model))
-        limit = {**config, "recursion_limit": 2 * HARD_CAP + 1}
-        result = agent.invoke({"messages": [HumanMessage(task.prompt)]}, limit)
+        # A round visits each node once (the model, the tools, each middleware hook): HARD_CAP rounds.
+        limit = {**config, "recursion_limit": (len(agent.nodes) - 1) * HARD_CAP + 1}
+        try:
+            result = agent.invoke({"messages": [HumanMessage(task.prompt)]}, limit)
+        except GraphRecursionError:
+            return None, "recursion_limit"
         last = result["messages"][-1]
         if isinstance(last, AIMessage) and not last.tool_calls:
             return last.text, "answered"
@@ -182,8 +201,8 @@ def run_task(agent: str, task: EvalTask, profile: FaultProfile, seed: int, folde
         model_calls=counter.calls,
         prompt_tokens=model.prompt_tokens if real is None else counter.prompt_tokens,
         tool_calls=stats.executed,
-        wasted_tool_calls=max(0, stats.executed - len(task.plan)),
-        exceeded_budget=decisions > BUDGET,
+        wasted_tool_calls=stats.wasted(len(task.plan)),
+        exceeded_budget=decisions > BUDGET or finish in HARD_STOPS,
         crashed=crashed,
         finish=finish,
         wall_s=round(wall, 4),
@@ -254,7 +273,7 @@ def write_report(records: Sequence[RunRecord], profile: FaultProfile, seed: int,
     )
     text = (
         f"# reinloop evaluation\n\nSettings: {json.dumps(settings)}\n\n{markdown_table(summary)}\n\n"
-        f"## Fault model\n\n{FAULT_MODEL}\n"
+        f"## Fault model\n\n{FAULT_MODEL}\n\n## Metrics\n\n{METRICS}\n"
     )
     (out / "report.md").write_text(text)
     try:

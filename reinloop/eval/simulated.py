@@ -28,10 +28,10 @@ Model faults: at each decision, with probability `fault_rate`, the model makes o
 from those that apply: malformed tool-call JSON; missing or mistyped arguments; an unknown tool name;
 repeating its previous call; when the answer is known, not stopping (calling a tool again); a wrong final
 answer. After an error observation it corrects itself with probability `correct_rate`, else it repeats the
-failed call. Tool faults: each tool call, with probability `tool_fault_rate`, raises an exception, hangs for
-`slow_s` seconds (four times reinloop's tool timeout in the evaluation), or returns an empty result (one of
-the three, uniformly). Every draw comes from a random generator seeded by (seed, task, agent), so a run is
-the same every time for a given seed.
+failed call. Tool faults: each tool call, with probability `tool_fault_rate`, raises an exception, does its
+work and then hangs for `slow_s` seconds (four times reinloop's tool timeout in the evaluation), or returns
+an empty result (one of the three, uniformly). Every draw comes from a random generator seeded by (seed,
+task, agent), so a run is the same every time for a given seed.
 
 Two more faults, off by default, draw from a second generator seeded the same way, so that with both off
 every run is the same as without them. Runaway (`runaway_rate`, AutoGPT-style): at the first decision at
@@ -261,10 +261,16 @@ def _last_call(messages: Sequence[BaseMessage]) -> dict[str, Any] | None:
 
 
 class ToolStats:
-    """Counts tool executions across the wrapped tools of one run."""
+    """Counts tool executions across the wrapped tools of one run, and those that succeeded."""
 
     def __init__(self) -> None:
         self.executed = 0
+        self.succeeded = 0  # ran to a result: no exception and no injected empty result (slow ones count)
+
+    def wasted(self, plan_steps: int) -> int:
+        """Executions that did not serve the task: all of them but the successful ones, counted up to the
+        number of steps in the task's reference plan."""
+        return self.executed - min(plan_steps, self.succeeded)
 
 
 def faulty_tools(tools: Sequence[BaseTool], profile: FaultProfile, seed: int, stats: ToolStats) -> list[BaseTool]:
@@ -274,14 +280,18 @@ def faulty_tools(tools: Sequence[BaseTool], profile: FaultProfile, seed: int, st
     def wrap(tool: BaseTool) -> BaseTool:
         def run(**kwargs: Any) -> Any:
             stats.executed += 1
-            if rng.random() < profile.tool_fault_rate:
-                fault = rng.choice(["exception", "slow", "empty"])
-                if fault == "exception":
-                    raise ToolException(f"{tool.name} failed: simulated internal error")
-                if fault == "empty":
-                    return ""
+            fault = rng.choice(["exception", "slow", "empty"]) if rng.random() < profile.tool_fault_rate else None
+            if fault == "exception":
+                raise ToolException(f"{tool.name} failed: simulated internal error")
+            if fault == "empty":
+                return ""
+            result = tool.invoke(kwargs)
+            stats.succeeded += 1
+            if fault == "slow":
+                # The work is done before the hang, so what a run did is known when it ends, even when an
+                # agent stopped waiting and left the call running.
                 time.sleep(profile.slow_s)
-            return tool.invoke(kwargs)
+            return result
 
         return StructuredTool.from_function(
             func=run, name=tool.name, description=tool.description, args_schema=tool.args_schema
