@@ -67,7 +67,7 @@ def test_a_runaway_is_recorded_over_budget_for_the_agents_the_evaluation_must_st
         "create_agent + middleware": False,
         "reinloop": False,
     }
-    assert records["create_agent"].decisions > BUDGET >= records["reinloop"].decisions
+    assert records["create_agent"].rounds > BUDGET >= records["reinloop"].rounds
     assert all(record.wasted_tool_calls == record.tool_calls - 1 > 0 for record in records.values())
 
 

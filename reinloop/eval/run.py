@@ -11,7 +11,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import BaseChatModel
@@ -23,9 +23,18 @@ from reinloop.eval.tasks import SUITE, EvalTask
 from reinloop.memory.tokens import TokenCounter
 from reinloop.tools.toolset import default_toolset
 
-__all__ = ["AGENTS", "BUDGET", "HARD_STOPS", "METRICS", "RunRecord", "evaluate_suite", "summarize_runs", "write_report"]
+__all__ = [
+    "AGENTS",
+    "BUDGET",
+    "HARD_STOPS",
+    "METRICS",
+    "RunRecord",
+    "evaluate_suite",
+    "summarize_runs",
+    "write_report",
+]
 
-BUDGET = 20  # decisions each agent is meant to take at most
+BUDGET = 20  # rounds each agent is meant to take at most (reinloop's max_iterations, the middleware's call limit)
 HARD_CAP = 60  # rounds before the evaluation stops an agent that does not stop itself, so that it ends
 # Finishes of a run stopped by the evaluation's cap rather than by the agent: the naive loop's, and LangGraph's
 # recursion limit on create_agent (set at HARD_CAP rounds). Recorded as outcomes, never as crashes.
@@ -35,10 +44,12 @@ RAM_FOLDER = "/dev/shm"
 METRICS = f"""\
 Success: the task's check holds (the answer holds the expected value, and/or the file or the database row
 exists). Iterations: the agent's decisions (its model calls, without those of the translate tool and the
-summarizers). Runs over budget: runs that took more than {BUDGET} decisions, or that the evaluation had to
-stop because the agent did not (the naive loop at {HARD_CAP} decisions, create_agent at LangGraph's recursion
-limit, set at {HARD_CAP} rounds); reinloop (max_iterations {BUDGET}) and create_agent with middleware (a model
-call limit of {BUDGET}) stop themselves. Wasted tool calls: tool executions that did not serve the task, all
+summarizers). Runs over budget: runs that took more than {BUDGET} rounds, or that the evaluation had to stop
+because the agent did not (the naive loop at {HARD_CAP} decisions, create_agent at LangGraph's recursion limit,
+set at {HARD_CAP} rounds); reinloop (max_iterations {BUDGET}) and create_agent with middleware (a model call
+limit of {BUDGET}) stop themselves. A round is a decision the agent acts on: for reinloop one of its
+iterations, in which an unreadable reply is asked for again (so its decisions can exceed its rounds); for
+the others every decision. Wasted tool calls: tool executions that did not serve the task, all
 executions but the successful ones counted up to the number of steps in the task's reference plan (so a
 failed call, a retry, a repeat, any call beyond the plan counts; a call refused before it runs does not).
 Prompt tokens: what the agent sent the model at its decisions, counted with tiktoken."""
@@ -51,7 +62,8 @@ class RunRecord:
     agent: str
     task: str
     success: bool
-    decisions: int
+    decisions: int  # model calls to decide (not the translate tool's or a summarizer's)
+    rounds: int  # decisions acted on: reinloop's iterations; for the others, the same as decisions
     model_calls: int
     prompt_tokens: int
     tool_calls: int
@@ -65,7 +77,17 @@ class RunRecord:
 # the four agents ------------------------------------------------------------------------------------------
 
 
-Runner = Callable[[BaseChatModel, Sequence[BaseTool], EvalTask, dict[str, Any]], tuple[str | None, str]]
+class Outcome(NamedTuple):
+    """How a run ended: the final answer (None without one), the finish, and the rounds it took where the
+    agent counts them apart from its decisions (reinloop asks again for an unreadable reply within a round,
+    as its max_iterations counts); None: each decision was a round."""
+
+    final: str | None
+    finish: str
+    rounds: int | None = None
+
+
+Runner = Callable[[BaseChatModel, Sequence[BaseTool], EvalTask, dict[str, Any]], Outcome]
 
 
 def _naive(
@@ -80,11 +102,11 @@ def _naive(
         if reply.invalid_tool_calls:
             json.loads(reply.invalid_tool_calls[0]["args"])  # parses the arguments itself: crashes on bad JSON
         if not reply.tool_calls:
-            return reply.text, "answered"
+            return Outcome(reply.text, "answered")
         for call in reply.tool_calls:
             result = by_name[call["name"]].invoke(call["args"])  # unknown tool or tool error: crash
             messages.append(ToolMessage(str(result), tool_call_id=call["id"], name=call["name"]))
-    return None, "cap"
+    return Outcome(None, "cap")
 
 
 def _create_agent(middleware: Callable[[BaseChatModel], list[Any]]) -> Runner:
@@ -100,11 +122,11 @@ def _create_agent(middleware: Callable[[BaseChatModel], list[Any]]) -> Runner:
         try:
             result = agent.invoke({"messages": [HumanMessage(task.prompt)]}, limit)
         except GraphRecursionError:
-            return None, "recursion_limit"
+            return Outcome(None, "recursion_limit")
         last = result["messages"][-1]
         if isinstance(last, AIMessage) and not last.tool_calls:
-            return last.text, "answered"
-        return None, "stopped"
+            return Outcome(last.text, "answered")
+        return Outcome(None, "stopped")
 
     return run
 
@@ -141,7 +163,7 @@ def _reinloop(profile: FaultProfile, real: Any = None) -> Runner:
             model, list(tools), config=AgentConfig(**settings), summary_model=summarizer_of(model), protocol=protocol
         )
         result = agent.invoke({"task": task.prompt}, config)
-        return result["final_answer"], result["finish_reason"]
+        return Outcome(result["final_answer"], result["finish_reason"], result["iteration"])
 
     return run
 
@@ -188,25 +210,27 @@ def run_task(agent: str, task: EvalTask, profile: FaultProfile, seed: int, folde
         model = real.model
         tools = faulty_tools(default_toolset(workspace, model=model), FaultProfile(tool_fault_rate=0.0), 0, stats)
     start = time.perf_counter()
-    crashed, final, finish = False, None, ""
+    crashed = False
     try:
-        final, finish = _runners(profile, real)[agent](model, tools, task, {"callbacks": [counter]})
+        outcome = _runners(profile, real)[agent](model, tools, task, {"callbacks": [counter]})
     except Exception as exc:  # a crash is a measured outcome here, whatever its kind
-        crashed, finish = True, type(exc).__name__
+        crashed, outcome = True, Outcome(None, type(exc).__name__)
     wall = time.perf_counter() - start
     decisions = model.decisions if real is None else counter.calls
+    rounds = decisions if outcome.rounds is None else outcome.rounds
     return RunRecord(
         agent=agent,
         task=task.id,
-        success=not crashed and task.check(workspace, final),
+        success=not crashed and task.check(workspace, outcome.final),
         decisions=decisions,
+        rounds=rounds,
         model_calls=counter.calls,
         prompt_tokens=model.prompt_tokens if real is None else counter.prompt_tokens,
         tool_calls=stats.executed,
         wasted_tool_calls=stats.wasted(len(task.plan)),
-        exceeded_budget=decisions > BUDGET or finish in HARD_STOPS,
+        exceeded_budget=rounds > BUDGET or outcome.finish in HARD_STOPS,
         crashed=crashed,
-        finish=finish,
+        finish=outcome.finish,
         wall_s=round(wall, 4),
     )
 
