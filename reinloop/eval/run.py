@@ -30,6 +30,8 @@ __all__ = [
     "METRICS",
     "RunRecord",
     "evaluate_suite",
+    "pyplot",
+    "save_chart",
     "summarize_runs",
     "write_report",
 ]
@@ -310,19 +312,32 @@ def write_report(records: Sequence[RunRecord], profile: FaultProfile, seed: int,
         f"## Fault model\n\n{FAULT_MODEL}\n\n## Metrics\n\n{METRICS}\n"
     )
     (out / "report.md").write_text(text)
-    try:
-        _chart(summary, out / "report.png")
-    except ImportError:  # the chart needs the eval extra; the table and the JSON do not
-        (out / "report.png").unlink(missing_ok=True)
+    save_chart(lambda path: _chart(summary, path), out / "report.png")
     return summary
 
 
-def _chart(summary: dict[str, dict[str, float]], path: Path) -> None:
+def save_chart(draw: Callable[[Path], None], path: Path) -> bool:
+    """`draw(path)`, and whether it could: a chart needs the eval extra's matplotlib, a table does not."""
+    try:
+        draw(path)
+    except ImportError:
+        path.unlink(missing_ok=True)
+        return False
+    return True
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot, drawing to files only (no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _chart(summary: dict[str, dict[str, float]], path: Path) -> None:
+    plt = pyplot()
     agents = list(summary)
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
     left.bar(agents, [summary[a]["success_rate"] * 100 for a in agents], color="tab:green")
