@@ -92,9 +92,7 @@ class Outcome(NamedTuple):
 Runner = Callable[[BaseChatModel, Sequence[BaseTool], EvalTask, dict[str, Any]], Outcome]
 
 
-def _naive(
-    model: BaseChatModel, tools: Sequence[BaseTool], task: EvalTask, config: dict[str, Any]
-) -> tuple[str | None, str]:
+def _naive(model: BaseChatModel, tools: Sequence[BaseTool], task: EvalTask, config: dict[str, Any]) -> Outcome:
     """The seeds' starting point: call the model, run what it asks, no validation, no feedback, no breaker."""
     by_name = {tool.name: tool for tool in tools}
     messages: list[BaseMessage] = [HumanMessage(task.prompt)]
@@ -112,9 +110,7 @@ def _naive(
 
 
 def _create_agent(middleware: Callable[[BaseChatModel], list[Any]]) -> Runner:
-    def run(
-        model: BaseChatModel, tools: Sequence[BaseTool], task: EvalTask, config: dict[str, Any]
-    ) -> tuple[str | None, str]:
+    def run(model: BaseChatModel, tools: Sequence[BaseTool], task: EvalTask, config: dict[str, Any]) -> Outcome:
         from langchain.agents import create_agent
         from langgraph.errors import GraphRecursionError
 
@@ -150,9 +146,7 @@ def _standard_middleware(model: BaseChatModel) -> list[Any]:
 
 
 def _reinloop(profile: FaultProfile, real: Any = None) -> Runner:
-    def run(
-        model: BaseChatModel, tools: Sequence[BaseTool], task: EvalTask, config: dict[str, Any]
-    ) -> tuple[str | None, str]:
+    def run(model: BaseChatModel, tools: Sequence[BaseTool], task: EvalTask, config: dict[str, Any]) -> Outcome:
         from reinloop import AgentConfig, build_agent
 
         # A quarter of the simulated hang: slow calls time out, normal ones never come near the limit.
