@@ -70,7 +70,8 @@ def run_grid(
 ) -> Grid:
     """Every agent on the first `spec.tasks` tasks at each point and seed of `spec`; grid.md, grid.json and
     (with matplotlib) grid.png are written to `out`. `workers` > 1 runs the point-seed pairs in as many
-    processes. `progress(done, total)` is called as runs finish."""
+    processes, started afresh (spawn): from a script, call it under ``if __name__ == "__main__":``.
+    `progress(done, total)` is called as runs finish."""
     jobs = spec.jobs()
     total = len(jobs) * spec.tasks * len(AGENTS)
     results = _run_jobs(jobs, spec.tasks, workers, total, progress)
