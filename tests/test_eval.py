@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from reinloop.eval import AGENTS, BUDGET, SUITE, FaultProfile, evaluate_suite, write_report
 
@@ -23,6 +24,7 @@ def test_every_task_is_solved_by_its_plan_without_faults():
     records = evaluate_suite(profile=NO_FAULTS, agents=("reinloop", "naive loop"))
     failed = [(record.agent, record.task) for record in records if not record.success]
     assert failed == []
+    assert [record for record in records if record.wasted_tool_calls or record.exceeded_budget] == []
 
 
 def test_a_wrong_answer_fails_the_check(tmp_path):
@@ -47,6 +49,34 @@ def test_reinloop_never_crashes_and_never_exceeds_its_budget(fault_rate):
     records = evaluate_suite(profile=profile, seed=1, agents=("reinloop",))
     assert not [record for record in records if record.crashed]
     assert max(record.decisions for record in records) <= BUDGET
+
+
+def test_a_runaway_is_recorded_over_budget_for_the_agents_the_evaluation_must_stop_never_raised():
+    profile = FaultProfile(fault_rate=0.0, tool_fault_rate=0.0, runaway_rate=1.0)
+    records = {record.agent: record for record in evaluate_suite(profile=profile, tasks=1)}  # calc-01: one step
+    assert {agent: record.finish for agent, record in records.items()} == {
+        "naive loop": "cap",
+        "create_agent": "recursion_limit",
+        "create_agent + middleware": "answered",  # its model call limit ends the run with a message
+        "reinloop": "max_iterations",
+    }
+    assert not any(record.crashed for record in records.values())
+    assert {agent: record.exceeded_budget for agent, record in records.items()} == {
+        "naive loop": True,
+        "create_agent": True,
+        "create_agent + middleware": False,
+        "reinloop": False,
+    }
+    assert records["create_agent"].rounds > BUDGET >= records["reinloop"].rounds
+    assert all(record.wasted_tool_calls == record.tool_calls - 1 > 0 for record in records.values())
+
+
+def test_wasted_tool_calls_are_executions_but_the_successful_ones_up_to_the_plan():
+    from reinloop.eval.simulated import ToolStats
+
+    stats = ToolStats()
+    stats.executed, stats.succeeded = 5, 3
+    assert (stats.wasted(1), stats.wasted(3), stats.wasted(4)) == (4, 2, 2)
 
 
 def test_the_report_shows_all_four_agents(tmp_path):
@@ -77,3 +107,93 @@ def test_the_simulated_model_knows_a_summary_request_by_its_instance_not_by_its_
     assert model.invoke(as_worded).tool_calls  # the deciding model decides, whatever it is sent
     assert model.decisions == 1
     assert summarizer_of(summarizer) is summarizer
+
+
+# the runaway and stubborn-loop faults ---------------------------------------------------------------------
+
+
+def task_named(task_id):
+    return next(task for task in SUITE if task.id == task_id)
+
+
+def observe(messages, reply, result):
+    """The conversation after `reply` (one tool call) ran and returned `result`."""
+    call = reply.tool_calls[0]
+    return [*messages, reply, ToolMessage(result, tool_call_id=call["id"], name=call["name"])]
+
+
+def solved(task):
+    """The conversation after the task's plan ran, each step successfully: the answer is known."""
+    messages = [HumanMessage(task.prompt)]
+    for number, step in enumerate(task.plan):
+        call = {"name": step.tool, "args": step.args, "id": f"call-{number}", "type": "tool_call"}
+        reply = AIMessage("", tool_calls=[call])
+        messages = observe(messages, reply, "ok")
+    return messages
+
+
+def test_the_new_faults_are_off_by_default():
+    profile = FaultProfile()
+    assert (profile.runaway_rate, profile.stubborn_rate, profile.runaway_rounds) == (0.0, 0.0, None)
+
+
+def test_a_runaway_model_keeps_calling_tools_with_new_valid_arguments_instead_of_answering(tmp_path):
+    from reinloop.eval.simulated import SimulatedModel
+    from reinloop.tools.toolset import default_toolset
+
+    task = task_named("calc-01")
+    tools = {tool.name: tool for tool in default_toolset(tmp_path)}
+    model = SimulatedModel(task=task, profile=FaultProfile(fault_rate=0.0, runaway_rate=1.0))
+    messages, seen = solved(task), []
+    for _ in range(30):
+        reply = model.invoke(messages)
+        assert not reply.text and len(reply.tool_calls) == 1, reply
+        call = reply.tool_calls[0]
+        result = tools[call["name"]].invoke(call["args"])  # valid: the tool runs it
+        assert result not in ("", "[]", [])
+        seen.append((call["name"], json.dumps(call["args"], sort_keys=True)))
+        messages = observe(messages, reply, str(result))
+    assert len(set(seen)) == 30  # never the same call twice
+    assert {name for name, _ in seen} == {"web_search", "calculator"}
+
+
+def test_a_bounded_runaway_answers_after_its_rounds():
+    from reinloop.eval.simulated import SimulatedModel
+
+    task = task_named("calc-01")
+    model = SimulatedModel(task=task, profile=FaultProfile(fault_rate=0.0, runaway_rate=1.0, runaway_rounds=3))
+    messages = solved(task)
+    for _ in range(3):
+        reply = model.invoke(messages)
+        assert reply.tool_calls
+        messages = observe(messages, reply, "ok")
+    assert model.invoke(messages).text == task.answer
+
+
+def test_without_a_runaway_the_model_answers():
+    from reinloop.eval.simulated import SimulatedModel
+
+    task = task_named("calc-01")
+    assert SimulatedModel(task=task, profile=NO_FAULTS).invoke(solved(task)).text == task.answer
+
+
+@pytest.mark.parametrize("correct_rate, repeats", [(0.0, 6), (1.0, 1)], ids=["never-corrects", "corrects-at-once"])
+def test_a_stubborn_model_repeats_a_successful_call_until_it_corrects_itself(correct_rate, repeats):
+    from reinloop.eval.simulated import SimulatedModel
+
+    task = task_named("search-calc-01")  # web_search, then calculator
+    profile = FaultProfile(fault_rate=0.0, stubborn_rate=1.0, correct_rate=correct_rate)
+    model = SimulatedModel(task=task, profile=profile)
+    first = model.invoke([HumanMessage(task.prompt)])
+    messages = observe([HumanMessage(task.prompt)], first, "found it")
+    calls = []
+    for _ in range(6):
+        reply = model.invoke(messages)
+        calls.append((reply.tool_calls[0]["name"], reply.tool_calls[0]["args"]))
+        if calls[-1][0] != "web_search":
+            break
+        messages = observe(messages, reply, "found it")
+    assert calls[:repeats] == [(first.tool_calls[0]["name"], first.tool_calls[0]["args"])] * repeats
+    assert len(calls) == repeats + (correct_rate == 1.0)
+    if correct_rate == 1.0:
+        assert calls[-1][0] == "calculator"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,7 +26,7 @@ __all__ = ["default_db", "evaluate", "graph", "history", "resume", "run", "show"
 # Run settings saved with each checkpoint (never keys), so `resume` rebuilds the same agent.
 SETTINGS = ("model", "base_url", "workspace", "protocol")
 LIMITS = ("max_iterations", "error_threshold", "tool_timeout_s", "context_token_budget", "run_token_budget")
-RATES = ("fault_rate", "tool_fault_rate", "correct_rate")
+RATES = ("fault_rate", "tool_fault_rate", "correct_rate", "runaway_rate", "stubborn_rate")
 
 
 def default_db() -> str | Path:
@@ -203,29 +203,69 @@ def graph(args: argparse.Namespace, console: Console) -> int:
 
 
 def evaluate(args: argparse.Namespace, console: Console) -> int:
+    from reinloop.eval import run_benchmark
+
+    profile = _fault_profile(args)
+    if args.grid:
+        return _grid(args, profile, console)
+    with _progress_bar(console) as advance:
+
+        def after_run(done: int, total: int, agent: str, task: str) -> None:
+            advance(done, total, f"{agent}: {task}")
+
+        result = run_benchmark(profile, seed=args.seed, tasks=args.tasks, out=args.out, model=args.model,
+                               base_url=args.base_url, local=args.local, progress=after_run)  # fmt: skip
+    display.benchmark_report(console, result)
+    return 0
+
+
+def _grid(args: argparse.Namespace, profile: Any, console: Console) -> int:
+    from reinloop.eval import GridSpec, run_grid
+
+    if args.model or args.base_url or args.local:
+        raise CommandError("--grid runs the simulated model: leave out --model, --base-url and --local")
+    _check_rates("--fault-rates", args.fault_rates)
+    _check_rates("--correct-rates", args.correct_rates)
+    if args.workers < 1:
+        raise CommandError("--workers must be at least 1")
+    spec = GridSpec(fault_rates=tuple(args.fault_rates), correct_rates=tuple(args.correct_rates),
+                    seeds=tuple(args.seeds), tasks=args.tasks, base=profile)  # fmt: skip
+    with _progress_bar(console) as advance:
+        result = run_grid(spec, out=args.out, workers=args.workers,
+                          progress=lambda done, total: advance(done, total, "fault grid"))  # fmt: skip
+    display.benchmark_report(console, result)
+    return 0
+
+
+def _fault_profile(args: argparse.Namespace) -> Any:
+    """The simulated model's faults from the command line, checked."""
+    from reinloop.eval import SUITE, FaultProfile
+
+    for name in RATES:
+        _check_rates(f"--{name.replace('_', '-')}", [getattr(args, name)])
+    if not 1 <= args.tasks <= len(SUITE):
+        raise CommandError(f"--tasks must be between 1 and {len(SUITE)}")
+    if args.runaway_rounds is not None and args.runaway_rounds < 1:
+        raise CommandError("--runaway-rounds must be at least 1")
+    rates = {name: getattr(args, name) for name in RATES}
+    return FaultProfile(**rates, latency_s=args.latency, runaway_rounds=args.runaway_rounds)
+
+
+def _check_rates(option: str, rates: list[float]) -> None:
+    if not all(0 <= rate <= 1 for rate in rates):
+        raise CommandError(f"{option} must be between 0 and 1")
+
+
+@contextmanager
+def _progress_bar(console: Console) -> Iterator[Callable[[int, int, str], None]]:
+    """A progress bar for the benchmark: yields `advance(done, total, description)`."""
     from rich.markup import escape
     from rich.progress import Progress
 
-    from reinloop.eval import SUITE, FaultProfile, run_benchmark
-
-    for name in RATES:
-        if not 0 <= getattr(args, name) <= 1:
-            raise CommandError(f"--{name.replace('_', '-')} must be between 0 and 1")
-    if not 1 <= args.tasks <= len(SUITE):
-        raise CommandError(f"--tasks must be between 1 and {len(SUITE)}")
-    profile = FaultProfile(
-        fault_rate=args.fault_rate,
-        correct_rate=args.correct_rate,
-        tool_fault_rate=args.tool_fault_rate,
-        latency_s=args.latency,
-    )
     with Progress(console=console, transient=True) as progress:
         bar = progress.add_task("evaluating", total=None)
 
-        def advance(done: int, total: int, agent: str, task: str) -> None:
-            progress.update(bar, completed=done, total=total, description=escape(f"{agent}: {task}"))
+        def advance(done: int, total: int, description: str) -> None:
+            progress.update(bar, completed=done, total=total, description=escape(description))
 
-        result = run_benchmark(profile, seed=args.seed, tasks=args.tasks, out=args.out, model=args.model,
-                               base_url=args.base_url, local=args.local, progress=advance)  # fmt: skip
-    display.benchmark_report(console, result)
-    return 0
+        yield advance

@@ -23,6 +23,7 @@ from reinloop.graph import CHECK_FINISH, VALIDATE_ARGS
 
 if TYPE_CHECKING:
     from reinloop.eval.benchmark import Benchmark
+    from reinloop.eval.grid import Grid
 
 __all__ = [
     "SHOWN_CHARS",
@@ -185,12 +186,12 @@ def wrote(console: Console, path: Path) -> None:
     console.print(Text(f"wrote {path}"))
 
 
-def benchmark_report(console: Console, result: Benchmark) -> None:
-    """The summary table of `reinloop eval` and the files it wrote."""
+def benchmark_report(console: Console, result: Benchmark | Grid) -> None:
+    """The summary table of `reinloop eval` (or of its fault grid) and the files it wrote."""
     console.print(Text(result.table))
     console.print(Text(f"report: {', '.join(str(path) for path in result.files)}"))
     if not result.chart:
-        console.print(Text("no chart: pip install 'reinloop[eval]' for report.png", "dim"))
+        console.print(Text(f"no chart: pip install 'reinloop[eval]' for {result.CHART}", "dim"))
 
 
 def _short(text: str) -> str:

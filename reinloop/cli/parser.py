@@ -54,6 +54,14 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation.add_argument("--model", help="evaluate a real model instead of the simulated one (no faults)")
     evaluation.add_argument("--base-url", help="a real model on an OpenAI-compatible server (no faults)")
     evaluation.add_argument("--local", action="store_true", help="the embedded local model (no faults)")
+    evaluation.add_argument(
+        "--runaway-rate", type=float, default=0.0, help="chance a run's model runs away once it knows the answer"
+    )
+    evaluation.add_argument("--runaway-rounds", type=int, help="calls a runaway makes, then answers (default: no end)")
+    evaluation.add_argument(
+        "--stubborn-rate", type=float, default=0.0, help="chance the model repeats a call that just succeeded"
+    )
+    _grid_options(evaluation)
     evaluation.set_defaults(handler=commands.evaluate)
 
     graph = subcommands.add_parser("graph", help="draw the agent's graph")
@@ -61,6 +69,19 @@ def build_parser() -> argparse.ArgumentParser:
     graph.add_argument("-o", "--output", type=Path, help="file to write (needed for png and svg)")
     graph.set_defaults(handler=commands.graph)
     return parser
+
+
+def _grid_options(evaluation: argparse.ArgumentParser) -> None:
+    grid = evaluation.add_argument_group(
+        "fault grid", "with --grid, these replace --fault-rate, --correct-rate, --seed"
+    )
+    grid.add_argument("--grid", action="store_true", help="run every fault rate x correct rate x seed")
+    grid.add_argument("--fault-rates", type=float, nargs="+", default=[0.1, 0.3, 0.5], metavar="R",
+                      help="default: 0.1 0.3 0.5")  # fmt: skip
+    grid.add_argument("--correct-rates", type=float, nargs="+", default=[0.3, 0.7], metavar="R",
+                      help="default: 0.3 0.7")  # fmt: skip
+    grid.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], metavar="N", help="default: 0 1 2")
+    grid.add_argument("--workers", type=int, default=1, help="processes to run the grid in (default: 1)")
 
 
 def _database_options() -> argparse.ArgumentParser:

@@ -1,6 +1,8 @@
-"""The evaluation suite: 50 tasks, a simulated model with seeded faults, four agents side by side."""
+"""The evaluation suite: 50 tasks, a simulated model with seeded faults, four agents side by side, and the
+fault grid over fault rates, correct rates and seeds."""
 
 from reinloop.eval.benchmark import Benchmark, run_benchmark
+from reinloop.eval.grid import Grid, GridSpec, run_grid
 from reinloop.eval.run import AGENTS, BUDGET, RunRecord, evaluate_suite, summarize_runs, write_report
 from reinloop.eval.simulated import FAULT_MODEL, FaultProfile, SimulatedModel
 from reinloop.eval.tasks import SUITE, EvalTask, Step
@@ -13,11 +15,14 @@ __all__ = [
     "Benchmark",
     "EvalTask",
     "FaultProfile",
+    "Grid",
+    "GridSpec",
     "RunRecord",
     "SimulatedModel",
     "Step",
     "evaluate_suite",
     "run_benchmark",
+    "run_grid",
     "summarize_runs",
     "write_report",
 ]

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from reinloop.eval.run import AGENTS, evaluate_suite, markdown_table, write_report
 from reinloop.eval.simulated import FaultProfile
@@ -19,6 +20,8 @@ REPORT_FILES = ("report.md", "report.json", "report.png")
 @dataclass(frozen=True)
 class Benchmark:
     """What a benchmark wrote: the summary per agent, as a markdown table too, and the report files."""
+
+    CHART: ClassVar[str] = "report.png"
 
     summary: dict[str, dict[str, float]]
     table: str
@@ -63,4 +66,4 @@ def run_benchmark(
         records = evaluate_suite(profile=profile, seed=seed, tasks=tasks, agents=agents, progress=advance, real=real)
     summary = write_report(records, profile, seed, out)
     files = [out / name for name in REPORT_FILES if (out / name).exists()]
-    return Benchmark(summary, markdown_table(summary), files, chart=(out / "report.png").exists())
+    return Benchmark(summary, markdown_table(summary), files, chart=(out / Benchmark.CHART).exists())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -10,7 +11,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import BaseChatModel
@@ -23,10 +24,38 @@ from reinloop.eval.tasks import SUITE, EvalTask
 from reinloop.memory.tokens import TokenCounter
 from reinloop.tools.toolset import default_toolset
 
-__all__ = ["AGENTS", "BUDGET", "RunRecord", "evaluate_suite", "summarize_runs", "write_report"]
+__all__ = [
+    "AGENTS",
+    "BUDGET",
+    "HARD_STOPS",
+    "METRICS",
+    "RunRecord",
+    "evaluate_suite",
+    "pyplot",
+    "save_chart",
+    "summarize_runs",
+    "write_report",
+]
 
-BUDGET = 20  # decisions each agent is meant to take at most
-HARD_CAP = 60  # the naive loop's only stop, so that the evaluation itself ends
+BUDGET = 20  # rounds each agent is meant to take at most (reinloop's max_iterations, the middleware's call limit)
+HARD_CAP = 60  # rounds before the evaluation stops an agent that does not stop itself, so that it ends
+# Finishes of a run stopped by the evaluation's cap rather than by the agent: the naive loop's, and LangGraph's
+# recursion limit on create_agent (set at HARD_CAP rounds). Recorded as outcomes, never as crashes.
+HARD_STOPS = ("cap", "recursion_limit")
+RAM_FOLDER = "/dev/shm"
+
+METRICS = f"""\
+Success: the task's check holds (the answer holds the expected value, and/or the file or the database row
+exists). Iterations: the agent's decisions (its model calls, without those of the translate tool and the
+summarizers). Runs over budget: runs that took more than {BUDGET} rounds, or that the evaluation had to stop
+because the agent did not (the naive loop at {HARD_CAP} decisions, create_agent at LangGraph's recursion limit,
+set at {HARD_CAP} rounds); reinloop (max_iterations {BUDGET}) and create_agent with middleware (a model call
+limit of {BUDGET}) stop themselves. A round is a decision the agent acts on: for reinloop one of its
+iterations, in which an unreadable reply is asked for again (so its decisions can exceed its rounds); for
+the others every decision. Wasted tool calls: tool executions that did not serve the task, all
+executions but the successful ones counted up to the number of steps in the task's reference plan (so a
+failed call, a retry, a repeat, any call beyond the plan counts; a call refused before it runs does not).
+Prompt tokens: what the agent sent the model at its decisions, counted with tiktoken."""
 
 AGENTS = ("naive loop", "create_agent", "create_agent + middleware", "reinloop")
 
@@ -36,7 +65,8 @@ class RunRecord:
     agent: str
     task: str
     success: bool
-    decisions: int
+    decisions: int  # model calls to decide (not the translate tool's or a summarizer's)
+    rounds: int  # decisions acted on: reinloop's iterations; for the others, the same as decisions
     model_calls: int
     prompt_tokens: int
     tool_calls: int
@@ -50,12 +80,20 @@ class RunRecord:
 # the four agents ------------------------------------------------------------------------------------------
 
 
-Runner = Callable[[BaseChatModel, Sequence[BaseTool], EvalTask, RunnableConfig], tuple[str | None, str]]
+class Outcome(NamedTuple):
+    """How a run ended: the final answer (None without one), the finish, and the rounds it took where the
+    agent counts them apart from its decisions (reinloop asks again for an unreadable reply within a round,
+    as its max_iterations counts); None: each decision was a round."""
+
+    final: str | None
+    finish: str
+    rounds: int | None = None
 
 
-def _naive(
-    model: BaseChatModel, tools: Sequence[BaseTool], task: EvalTask, config: RunnableConfig
-) -> tuple[str | None, str]:
+Runner = Callable[[BaseChatModel, Sequence[BaseTool], EvalTask, RunnableConfig], Outcome]
+
+
+def _naive(model: BaseChatModel, tools: Sequence[BaseTool], task: EvalTask, config: RunnableConfig) -> Outcome:
     """The seeds' starting point: call the model, run what it asks, no validation, no feedback, no breaker."""
     by_name = {tool.name: tool for tool in tools}
     messages: list[BaseMessage] = [HumanMessage(task.prompt)]
@@ -65,26 +103,29 @@ def _naive(
         if reply.invalid_tool_calls:
             json.loads(reply.invalid_tool_calls[0]["args"] or "")  # parses the arguments itself: crashes on bad JSON
         if not reply.tool_calls:
-            return reply.text, "answered"
+            return Outcome(reply.text, "answered")
         for call in reply.tool_calls:
             result = by_name[call["name"]].invoke(call["args"])  # unknown tool or tool error: crash
             messages.append(ToolMessage(str(result), tool_call_id=call["id"], name=call["name"]))
-    return None, "cap"
+    return Outcome(None, "cap")
 
 
 def _create_agent(middleware: Callable[[BaseChatModel], list[Any]]) -> Runner:
-    def run(
-        model: BaseChatModel, tools: Sequence[BaseTool], task: EvalTask, config: RunnableConfig
-    ) -> tuple[str | None, str]:
+    def run(model: BaseChatModel, tools: Sequence[BaseTool], task: EvalTask, config: RunnableConfig) -> Outcome:
         from langchain.agents import create_agent
+        from langgraph.errors import GraphRecursionError
 
         agent = create_agent(model, list(tools), middleware=middleware(model))
-        limit: RunnableConfig = {**config, "recursion_limit": 2 * HARD_CAP + 1}
-        result = agent.invoke({"messages": [HumanMessage(task.prompt)]}, limit)
+        # A round visits each node once (the model, the tools, each middleware hook): HARD_CAP rounds.
+        limit: RunnableConfig = {**config, "recursion_limit": (len(agent.nodes) - 1) * HARD_CAP + 1}
+        try:
+            result = agent.invoke({"messages": [HumanMessage(task.prompt)]}, limit)
+        except GraphRecursionError:
+            return Outcome(None, "recursion_limit")
         last = result["messages"][-1]
         if isinstance(last, AIMessage) and not last.tool_calls:
-            return last.text, "answered"
-        return None, "stopped"
+            return Outcome(last.text, "answered")
+        return Outcome(None, "stopped")
 
     return run
 
@@ -106,9 +147,7 @@ def _standard_middleware(model: BaseChatModel) -> list[Any]:
 
 
 def _reinloop(profile: FaultProfile, real: Any = None) -> Runner:
-    def run(
-        model: BaseChatModel, tools: Sequence[BaseTool], task: EvalTask, config: RunnableConfig
-    ) -> tuple[str | None, str]:
+    def run(model: BaseChatModel, tools: Sequence[BaseTool], task: EvalTask, config: RunnableConfig) -> Outcome:
         from reinloop import AgentConfig, build_agent
 
         # A quarter of the simulated hang: slow calls time out, normal ones never come near the limit.
@@ -121,7 +160,7 @@ def _reinloop(profile: FaultProfile, real: Any = None) -> Runner:
             model, list(tools), config=AgentConfig(**settings), summary_model=summarizer_of(model), protocol=protocol
         )
         result = agent.invoke({"task": task.prompt}, config)
-        return result["final_answer"], result["finish_reason"]
+        return Outcome(result["final_answer"], result["finish_reason"], result["iteration"])
 
     return run
 
@@ -168,25 +207,27 @@ def run_task(agent: str, task: EvalTask, profile: FaultProfile, seed: int, folde
         model = real.model
         tools = faulty_tools(default_toolset(workspace, model=model), FaultProfile(tool_fault_rate=0.0), 0, stats)
     start = time.perf_counter()
-    crashed, final, finish = False, None, ""
+    crashed = False
     try:
-        final, finish = _runners(profile, real)[agent](model, tools, task, {"callbacks": [counter]})
+        outcome = _runners(profile, real)[agent](model, tools, task, {"callbacks": [counter]})
     except Exception as exc:  # a crash is a measured outcome here, whatever its kind
-        crashed, finish = True, type(exc).__name__
+        crashed, outcome = True, Outcome(None, type(exc).__name__)
     wall = time.perf_counter() - start
     decisions = model.decisions if real is None else counter.calls
+    rounds = decisions if outcome.rounds is None else outcome.rounds
     return RunRecord(
         agent=agent,
         task=task.id,
-        success=not crashed and task.check(workspace, final),
+        success=not crashed and task.check(workspace, outcome.final),
         decisions=decisions,
+        rounds=rounds,
         model_calls=counter.calls,
         prompt_tokens=model.prompt_tokens if real is None else counter.prompt_tokens,
         tool_calls=stats.executed,
-        wasted_tool_calls=max(0, stats.executed - len(task.plan)),
-        exceeded_budget=decisions > BUDGET,
+        wasted_tool_calls=stats.wasted(len(task.plan)),
+        exceeded_budget=rounds > BUDGET or outcome.finish in HARD_STOPS,
         crashed=crashed,
-        finish=finish,
+        finish=outcome.finish,
         wall_s=round(wall, 4),
     )
 
@@ -203,13 +244,21 @@ def evaluate_suite(
     """Every agent on the first `tasks` tasks, each in its own fresh workspace. With `real` (a
     `reinloop.models.ChosenModel`), that model plays instead of the simulated one, with no injected faults."""
     records = []
-    with tempfile.TemporaryDirectory(prefix="reinloop-eval-") as folder:
+    with tempfile.TemporaryDirectory(prefix="reinloop-eval-", dir=_scratch_folder()) as folder:
         for task in SUITE[:tasks]:
             for agent in agents:
                 records.append(run_task(agent, task, profile, seed, Path(folder), real))
                 if progress:
                     progress(agent, task.id)
     return records
+
+
+def _scratch_folder() -> str | None:
+    """Where the runs' workspaces go: a RAM-backed folder where the system has one, else the default temporary
+    folder. The tools sync what they write; on a busy disk a sync can outlast reinloop's short tool timeout
+    in the evaluation, a fault no seed draws, and it made the suite slower by about a third."""
+    shm = Path(RAM_FOLDER)
+    return RAM_FOLDER if shm.is_dir() and os.access(shm, os.W_OK) else None
 
 
 def summarize_runs(records: Sequence[RunRecord]) -> dict[str, dict[str, float]]:
@@ -255,22 +304,35 @@ def write_report(records: Sequence[RunRecord], profile: FaultProfile, seed: int,
     )
     text = (
         f"# reinloop evaluation\n\nSettings: {json.dumps(settings)}\n\n{markdown_table(summary)}\n\n"
-        f"## Fault model\n\n{FAULT_MODEL}\n"
+        f"## Fault model\n\n{FAULT_MODEL}\n\n## Metrics\n\n{METRICS}\n"
     )
     (out / "report.md").write_text(text)
-    try:
-        _chart(summary, out / "report.png")
-    except ImportError:  # the chart needs the eval extra; the table and the JSON do not
-        (out / "report.png").unlink(missing_ok=True)
+    save_chart(lambda path: _chart(summary, path), out / "report.png")
     return summary
 
 
-def _chart(summary: dict[str, dict[str, float]], path: Path) -> None:
+def save_chart(draw: Callable[[Path], None], path: Path) -> bool:
+    """`draw(path)`, and whether it could: a chart needs the eval extra's matplotlib, a table does not."""
+    try:
+        draw(path)
+    except ImportError:
+        path.unlink(missing_ok=True)
+        return False
+    return True
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot, drawing to files only (no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _chart(summary: dict[str, dict[str, float]], path: Path) -> None:
+    plt = pyplot()
     agents = list(summary)
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
     left.bar(agents, [summary[a]["success_rate"] * 100 for a in agents], color="tab:green")

@@ -18,7 +18,7 @@ from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from pydantic import PrivateAttr
 
-from reinloop.eval.tasks import TRANSLATIONS, EvalTask
+from reinloop.eval.tasks import TRANSLATIONS, EvalTask, Step
 from reinloop.memory.tokens import TokenCounter
 from reinloop.protocols import new_call_id
 
@@ -29,10 +29,29 @@ Model faults: at each decision, with probability `fault_rate`, the model makes o
 from those that apply: malformed tool-call JSON; missing or mistyped arguments; an unknown tool name;
 repeating its previous call; when the answer is known, not stopping (calling a tool again); a wrong final
 answer. After an error observation it corrects itself with probability `correct_rate`, else it repeats the
-failed call. Tool faults: each tool call, with probability `tool_fault_rate`, raises an exception, hangs for
-`slow_s` seconds (four times reinloop's tool timeout in the evaluation), or returns an empty result (one of
-the three, uniformly). Every draw comes from a random generator seeded by (seed, task, agent), so a run is
-the same every time for a given seed."""
+failed call. Tool faults: each tool call, with probability `tool_fault_rate`, raises an exception, does its
+work and then hangs for `slow_s` seconds (four times reinloop's tool timeout in the evaluation), or returns
+an empty result (one of the three, uniformly). Every draw comes from a random generator seeded by (seed,
+task, agent), so a run is the same every time for a given seed.
+
+Two more faults, off by default, draw from a second generator seeded the same way, so that with both off
+every run is the same as without them. Runaway (`runaway_rate`, AutoGPT-style): at the first decision at
+which the answer is known, with probability `runaway_rate` the model does not answer; from then on every
+decision is a new tool call, whatever it was sent: the n-th (n = 1, 2, ...) is `web_search` for one of
+eight topics of the search corpus followed by n when n is odd, `calculator` with "n * (n + 1)" when n is
+even: valid, read-only calls, never the same twice, that succeed unless a tool fault hits them. It keeps
+going for `runaway_rounds` calls and then answers, or, by default, until the agent stops it. Stubborn loop
+(`stubborn_rate`): at a decision that follows a successful tool observation, with probability
+`stubborn_rate` the model calls the same tool with the same arguments again instead of moving on (or
+answering); at each later decision it stops repeating with probability `correct_rate`, else repeats the
+call again, whatever the agent answered (the tool's result, an earlier result, a refusal). A model that
+has run away repeats nothing."""
+
+# What a runaway model searches for: topics of the bundled corpus, so that every search finds something.
+RUNAWAY_TOPICS = (
+    "speed of light", "Mount Everest", "Eiffel Tower", "Moon distance", "Python release", "nautical mile",
+    "water boiling", "LangGraph",
+)  # fmt: skip
 
 _TRANSLATOR = "professional translator"
 _SUMMARY = "Summary: the agent worked through its plan step by step."
@@ -45,6 +64,9 @@ class FaultProfile:
     tool_fault_rate: float = 0.1
     slow_s: float = 0.5
     latency_s: float = 0.0  # simulated model latency per call
+    runaway_rate: float = 0.0  # per run: once the answer is known, the chance it calls tools instead, on and on
+    runaway_rounds: int | None = None  # runaway calls before it answers after all; None: it never does
+    stubborn_rate: float = 0.0  # per decision after a successful call: the chance it repeats that call
 
 
 class SimulatedModel(BaseChatModel):
@@ -59,12 +81,17 @@ class SimulatedModel(BaseChatModel):
     role: Literal["decide", "summarize"] = "decide"
 
     _rng: random.Random = PrivateAttr()
+    _extra: random.Random = PrivateAttr()  # the runaway and stubborn-loop draws
     _counter: TokenCounter = PrivateAttr()
+    _runaway_drawn: bool = PrivateAttr(default=False)
+    _runaway_calls: int | None = PrivateAttr(default=None)  # calls made since it ran away; None: it did not
+    _stubborn_call: dict[str, Any] | None = PrivateAttr(default=None)  # the call it keeps repeating
     decisions: int = 0
     prompt_tokens: int = 0
 
     def model_post_init(self, context: Any) -> None:
         self._rng = random.Random(self.seed)
+        self._extra = random.Random(f"{self.seed}/extra")
         self._counter = TokenCounter()
 
     @property
@@ -102,24 +129,48 @@ class SimulatedModel(BaseChatModel):
     def _decide(self, messages: list[BaseMessage]) -> AIMessage:
         task: EvalTask = self.task
         progress = _progress(task, messages)
-        previous = _last_call(messages)
-        last = messages[-1] if messages else None
-        failed_last = isinstance(last, ToolMessage) and _failed(last) and previous is not None
-        if failed_last and self._rng.random() >= self.profile.correct_rate:
-            return _call(previous["name"], previous["args"])  # does not learn: repeats the failed call
         done = progress >= len(task.plan)
+        previous = _last_call(messages)
+        failed, succeeded = _observed(messages, previous)
+        override = self._runaway(done) or self._stubborn(succeeded)
+        if override is not None:
+            return override
+        if failed is not None and self._rng.random() >= self.profile.correct_rate:
+            return _call(failed["name"], failed["args"])  # does not learn: repeats the failed call
         faults = ["malformed", "bad_args", "unknown_tool", "repeat"] if not done else ["no_stop", "wrong_answer"]
         if previous is None and "repeat" in faults:
             faults.remove("repeat")
         fault = self._rng.choice(faults) if self._rng.random() < self.profile.fault_rate else None
         if done:
-            if fault == "no_stop":
-                step = task.plan[-1]
-                return _call(step.tool, step.args)
-            if fault == "wrong_answer":
-                return AIMessage("I am not sure; the answer may be 42.")
-            return AIMessage(task.answer)
-        step = task.plan[progress]
+            return _finish(task, fault)
+        return self._step(task.plan[progress], fault, previous)
+
+    def _runaway(self, done: bool) -> AIMessage | None:
+        """The next runaway call, if the model has run away (drawn once, when the answer is first known)."""
+        if done and not self._runaway_drawn:
+            self._runaway_drawn = True
+            if self._extra.random() < self.profile.runaway_rate:
+                self._runaway_calls = 0
+        bound = self.profile.runaway_rounds
+        if self._runaway_calls is None or (bound is not None and self._runaway_calls >= bound):
+            return None
+        self._runaway_calls += 1
+        return _runaway_call(self._runaway_calls)
+
+    def _stubborn(self, succeeded: dict[str, Any] | None) -> AIMessage | None:
+        """The repeated call of a stubborn loop: started after a success, left with probability correct_rate."""
+        if self._stubborn_call is not None:
+            if self._extra.random() < self.profile.correct_rate:
+                self._stubborn_call = None
+                return None
+        elif succeeded is not None and self._extra.random() < self.profile.stubborn_rate:
+            self._stubborn_call = succeeded
+        if self._stubborn_call is None:
+            return None
+        return _call(self._stubborn_call["name"], self._stubborn_call["args"])
+
+    def _step(self, step: Step, fault: str | None, previous: dict[str, Any] | None) -> AIMessage:
+        """The plan's next step, or the mistake `fault` in its place."""
         if fault == "malformed":
             bad = {
                 "type": "invalid_tool_call",
@@ -144,6 +195,23 @@ class SimulatedModel(BaseChatModel):
         return _call(step.tool, step.args)
 
 
+def _finish(task: EvalTask, fault: str | None) -> AIMessage:
+    """The reply once the plan is done: the answer, or the mistake `fault` in its place."""
+    if fault == "no_stop":
+        step = task.plan[-1]
+        return _call(step.tool, step.args)
+    if fault == "wrong_answer":
+        return AIMessage("I am not sure; the answer may be 42.")
+    return AIMessage(task.answer)
+
+
+def _runaway_call(number: int) -> AIMessage:
+    if number % 2:
+        topic = RUNAWAY_TOPICS[number // 2 % len(RUNAWAY_TOPICS)]
+        return _call("web_search", {"query": f"{topic} {number}", "max_results": 3})
+    return _call("calculator", {"expression": f"{number} * ({number} + 1)"})
+
+
 def summarizer_of(model: BaseChatModel) -> BaseChatModel:
     """The summary model to give an agent whose model is `model`: a simulated model's summarizer twin (no
     draws from its seeded generator, no decisions counted), or a real model itself."""
@@ -159,6 +227,16 @@ def _call(name: str, args: dict[str, Any]) -> AIMessage:
 def _failed(message: ToolMessage) -> bool:
     text = message.text.strip()
     return message.status == "error" or not text or text.startswith("Error") or text in ("[]", "{}", "None")
+
+
+def _observed(
+    messages: Sequence[BaseMessage], previous: dict[str, Any] | None
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The call whose observation the model was sent last, as (call, None) if it failed, (None, call) if not."""
+    last = messages[-1] if messages else None
+    if previous is None or not isinstance(last, ToolMessage):
+        return None, None
+    return (previous, None) if _failed(last) else (None, previous)
 
 
 def _progress(task: EvalTask, messages: Sequence[BaseMessage]) -> int:
@@ -181,15 +259,21 @@ def _progress(task: EvalTask, messages: Sequence[BaseMessage]) -> int:
 def _last_call(messages: Sequence[BaseMessage]) -> ToolCall | None:
     for message in reversed(messages):
         if isinstance(message, AIMessage) and message.tool_calls:
-            return message.tool_calls[-1]
+            return dict(message.tool_calls[-1])
     return None
 
 
 class ToolStats:
-    """Counts tool executions across the wrapped tools of one run."""
+    """Counts tool executions across the wrapped tools of one run, and those that succeeded."""
 
     def __init__(self) -> None:
         self.executed = 0
+        self.succeeded = 0  # ran to a result: no exception and no injected empty result (slow ones count)
+
+    def wasted(self, plan_steps: int) -> int:
+        """Executions that did not serve the task: all of them but the successful ones, counted up to the
+        number of steps in the task's reference plan."""
+        return self.executed - min(plan_steps, self.succeeded)
 
 
 def faulty_tools(tools: Sequence[BaseTool], profile: FaultProfile, seed: int, stats: ToolStats) -> list[BaseTool]:
@@ -199,14 +283,18 @@ def faulty_tools(tools: Sequence[BaseTool], profile: FaultProfile, seed: int, st
     def wrap(tool: BaseTool) -> BaseTool:
         def run(**kwargs: Any) -> Any:
             stats.executed += 1
-            if rng.random() < profile.tool_fault_rate:
-                fault = rng.choice(["exception", "slow", "empty"])
-                if fault == "exception":
-                    raise ToolException(f"{tool.name} failed: simulated internal error")
-                if fault == "empty":
-                    return ""
+            fault = rng.choice(["exception", "slow", "empty"]) if rng.random() < profile.tool_fault_rate else None
+            if fault == "exception":
+                raise ToolException(f"{tool.name} failed: simulated internal error")
+            if fault == "empty":
+                return ""
+            result = tool.invoke(kwargs)
+            stats.succeeded += 1
+            if fault == "slow":
+                # The work is done before the hang, so what a run did is known when it ends, even when an
+                # agent stopped waiting and left the call running.
                 time.sleep(profile.slow_s)
-            return tool.invoke(kwargs)
+            return result
 
         return StructuredTool.from_function(
             func=run, name=tool.name, description=tool.description, args_schema=tool.args_schema

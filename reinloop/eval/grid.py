@@ -1,0 +1,234 @@
+"""The fault grid (`reinloop eval --grid`): the suite at every fault rate x correct rate, over several seeds,
+each point aggregated over its seeds; the table as markdown and JSON, and a heatmap of reinloop against the
+best of its peers."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field, replace
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any, ClassVar
+
+from reinloop.eval.run import AGENTS, BUDGET, METRICS, RunRecord, evaluate_suite, pyplot, save_chart, summarize_runs
+from reinloop.eval.simulated import FAULT_MODEL, FaultProfile
+from reinloop.eval.tasks import SUITE
+
+__all__ = ["GRID_FILES", "Grid", "GridSpec", "run_grid"]
+
+GRID_FILES = ("grid.md", "grid.json", "grid.png")
+REFERENCE = "create_agent + middleware"  # whose prompt tokens reinloop's are compared with
+PEERS = tuple(agent for agent in AGENTS if agent != "reinloop")
+# Summed over a point's seeds; the rest of an agent's summary is averaged over them.
+COUNTS = ("runs", "model_calls", "prompt_tokens", "wasted_tool_calls", "over_budget_runs", "crashes")
+
+
+@dataclass(frozen=True)
+class GridSpec:
+    """Which points and seeds to run: `base` holds the faults the grid does not vary (tool faults, runaway,
+    stubborn loop, latency); each point sets its fault rate and correct rate."""
+
+    fault_rates: tuple[float, ...] = (0.1, 0.3, 0.5)
+    correct_rates: tuple[float, ...] = (0.3, 0.7)
+    seeds: tuple[int, ...] = (0, 1, 2)
+    tasks: int = len(SUITE)
+    base: FaultProfile = field(default_factory=FaultProfile)
+
+    def jobs(self) -> list[tuple[FaultProfile, int]]:
+        """One suite run per point and seed: the point's profile and the seed."""
+        return [
+            (replace(self.base, fault_rate=fault, correct_rate=correct), seed)
+            for fault in self.fault_rates
+            for correct in self.correct_rates
+            for seed in self.seeds
+        ]
+
+    def settings(self) -> dict[str, Any]:
+        varied = {"fault_rate", "correct_rate"}
+        fixed = {key: value for key, value in asdict(self.base).items() if key not in varied}
+        return {"fault_rates": list(self.fault_rates), "correct_rates": list(self.correct_rates),
+                "seeds": list(self.seeds), "tasks": self.tasks, "budget": BUDGET, **fixed}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Grid:
+    """What a grid run wrote: one aggregate per point, the markdown table, and the files."""
+
+    CHART: ClassVar[str] = "grid.png"
+
+    points: list[dict[str, Any]]
+    table: str
+    files: list[Path] = field(default_factory=list)
+    chart: bool = False  # grid.png needs the eval extra's matplotlib
+
+
+def run_grid(
+    spec: GridSpec, *, out: Path, workers: int = 1, progress: Callable[[int, int], None] | None = None
+) -> Grid:
+    """Every agent on the first `spec.tasks` tasks at each point and seed of `spec`; grid.md, grid.json and
+    (with matplotlib) grid.png are written to `out`. `workers` > 1 runs the point-seed pairs in as many
+    processes, started afresh (spawn): from a script, call it under ``if __name__ == "__main__":``.
+    `progress(done, total)` is called as runs finish."""
+    jobs = spec.jobs()
+    total = len(jobs) * spec.tasks * len(AGENTS)
+    results = _run_jobs(jobs, spec.tasks, workers, total, progress)
+    points = [_point(spec, fault, correct, results) for fault in spec.fault_rates for correct in spec.correct_rates]
+    return _write(spec, points, out)
+
+
+def _run_jobs(
+    jobs: list[tuple[FaultProfile, int]],
+    tasks: int,
+    workers: int,
+    total: int,
+    progress: Callable[[int, int], None] | None,
+) -> dict[tuple[float, float, int], list[RunRecord]]:
+    done = 0
+
+    def advance(runs: int) -> None:
+        nonlocal done
+        done += runs
+        if progress:
+            progress(done, total)
+
+    results: dict[tuple[float, float, int], list[RunRecord]] = {}
+    if workers <= 1:
+        for profile, seed in jobs:
+            key = (profile.fault_rate, profile.correct_rate, seed)
+            results[key] = evaluate_suite(profile=profile, seed=seed, tasks=tasks, progress=lambda *_: advance(1))
+        return results
+    # spawn, not fork: the parent has threads (the progress display) that a fork would copy mid-flight.
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+        futures = {pool.submit(_suite, profile, seed, tasks): (profile, seed) for profile, seed in jobs}
+        for future in as_completed(futures):
+            profile, seed = futures[future]
+            results[(profile.fault_rate, profile.correct_rate, seed)] = records = future.result()
+            advance(len(records))
+    return results
+
+
+def _suite(profile: FaultProfile, seed: int, tasks: int) -> list[RunRecord]:
+    return evaluate_suite(profile=profile, seed=seed, tasks=tasks)
+
+
+# aggregating ----------------------------------------------------------------------------------------------
+
+
+def _point(
+    spec: GridSpec, fault: float, correct: float, results: dict[tuple[float, float, int], list[RunRecord]]
+) -> dict[str, Any]:
+    """A point's aggregate over its seeds: per agent, the mean success and its spread (min-max across the
+    seeds), the counts summed over the seeds; then reinloop against the best peer and the middleware agent."""
+    per_seed = {seed: summarize_runs(results[(fault, correct, seed)]) for seed in spec.seeds}
+    agents = {agent: _over_seeds([per_seed[seed][agent] for seed in spec.seeds]) for agent in AGENTS}
+    best = max(PEERS, key=lambda agent: agents[agent]["success_rate"])
+    return {
+        "fault_rate": fault,
+        "correct_rate": correct,
+        "agents": agents,
+        "best_peer": best,
+        "reinloop_minus_best_peer": agents["reinloop"]["success_rate"] - agents[best]["success_rate"],
+        "prompt_tokens_vs_middleware": agents["reinloop"]["prompt_tokens"] / max(1, agents[REFERENCE]["prompt_tokens"]),
+        "seeds": {str(seed): per_seed[seed] for seed in spec.seeds},
+    }
+
+
+def _over_seeds(summaries: Sequence[dict[str, float]]) -> dict[str, float]:
+    rates = [summary["success_rate"] for summary in summaries]
+    row = {key: sum(summary[key] for summary in summaries) for key in COUNTS}
+    row["mean_iterations"] = statistics.mean(summary["mean_iterations"] for summary in summaries)
+    return {"success_rate": statistics.mean(rates), "success_min": min(rates), "success_max": max(rates), **row}
+
+
+# the report -----------------------------------------------------------------------------------------------
+
+
+def _write(spec: GridSpec, points: list[dict[str, Any]], out: Path) -> Grid:
+    out.mkdir(parents=True, exist_ok=True)
+    settings = spec.settings()
+    (out / "grid.json").write_text(json.dumps({"settings": settings, "points": points}, indent=2))
+    table = markdown_grid(points)
+    text = (
+        f"# reinloop fault grid\n\nSettings: {json.dumps(settings)}\n\n{table}\n\n{_budget_table(points)}\n\n"
+        f"## Fault model\n\n{FAULT_MODEL}\n\n## Metrics\n\n{METRICS}\n"
+    )
+    (out / "grid.md").write_text(text)
+    chart = save_chart(lambda path: _heatmap(spec, points, path), out / Grid.CHART)
+    return Grid(points, table, [out / name for name in GRID_FILES if (out / name).exists()], chart)
+
+
+def markdown_grid(points: Sequence[dict[str, Any]]) -> str:
+    """One row per point: each agent's success over the seeds, mean (min-max), reinloop against the best
+    peer, and reinloop's prompt tokens relative to the middleware agent's."""
+    header = " | ".join(AGENTS)
+    lines = [
+        f"| fault / correct | {header} | reinloop - best peer | reinloop prompt tokens vs middleware |",
+        "| --- |" + " ---: |" * (len(AGENTS) + 2),
+    ]
+    for point in points:
+        cells = [_success(point["agents"][agent]) for agent in AGENTS]
+        lines.append(
+            f"| {point['fault_rate']:g} / {point['correct_rate']:g} | {' | '.join(cells)} | "
+            f"{point['reinloop_minus_best_peer'] * 100:+.0f} pp ({point['best_peer']}) | "
+            f"{point['prompt_tokens_vs_middleware']:.2f}x |"
+        )
+    return "\n".join(lines)
+
+
+def _success(row: dict[str, float]) -> str:
+    return f"{row['success_rate']:.0%} ({row['success_min'] * 100:.0f}-{row['success_max'] * 100:.0f})"
+
+
+def _budget_table(points: Sequence[dict[str, Any]]) -> str:
+    """One row per point and agent: the cost side, summed over the seeds."""
+    lines = [
+        "| fault / correct | agent | runs | mean iterations | prompt tokens | wasted tool calls | runs over budget "
+        "| crashes |",
+        "| --- | --- |" + " ---: |" * 6,
+    ]
+    for point in points:
+        for agent, row in point["agents"].items():
+            lines.append(
+                f"| {point['fault_rate']:g} / {point['correct_rate']:g} | {agent} | {row['runs']:.0f} | "
+                f"{row['mean_iterations']:.1f} | {row['prompt_tokens']:,.0f} | {row['wasted_tool_calls']:.0f} | "
+                f"{row['over_budget_runs']:.0f} | {row['crashes']:.0f} |"
+            )
+    return "\n".join(lines)
+
+
+def _heatmap(spec: GridSpec, points: Sequence[dict[str, Any]], path: Path) -> None:
+    from matplotlib.colors import TwoSlopeNorm
+
+    plt = pyplot()
+    rows, columns = len(spec.fault_rates), len(spec.correct_rates)
+    lead = [[0.0] * columns for _ in range(rows)]
+    ratio = [[0.0] * columns for _ in range(rows)]
+    for number, point in enumerate(points):
+        lead[number // columns][number % columns] = point["reinloop_minus_best_peer"] * 100
+        ratio[number // columns][number % columns] = point["prompt_tokens_vs_middleware"]
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 1.2 * rows + 2.6))
+    span = max(5.0, *(abs(value) for row in lead for value in row))
+    spread = max(0.25, *(abs(value - 1) for row in ratio for value in row))
+    panels = (
+        (left, lead, TwoSlopeNorm(0.0, -span, span), "RdYlGn", "{:+.0f} pp", "reinloop success - best peer's"),
+        (right, ratio, TwoSlopeNorm(1.0, 1 - spread, 1 + spread), "RdYlGn_r", "{:.2f}x",
+         "reinloop prompt tokens / middleware's"),
+    )  # fmt: skip
+    for axes, values, norm, colours, label, title in panels:
+        image = axes.imshow(values, cmap=colours, norm=norm, aspect="auto")
+        for row in range(rows):
+            for column in range(columns):
+                axes.text(column, row, label.format(values[row][column]), ha="center", va="center")
+        axes.set_xticks(range(columns), [f"{rate:g}" for rate in spec.correct_rates])
+        axes.set_yticks(range(rows), [f"{rate:g}" for rate in spec.fault_rates])
+        axes.set_xlabel("correct rate")
+        axes.set_ylabel("fault rate")
+        axes.set_title(title)
+        figure.colorbar(image, ax=axes)
+    figure.suptitle(f"{spec.tasks} tasks, seeds {', '.join(map(str, spec.seeds))}: mean over the seeds")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

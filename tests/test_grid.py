@@ -1,0 +1,105 @@
+"""The fault grid: at two points with the runaway fault on, reinloop never crashes and stays within
+max_iterations while the plain create_agent runs over budget; each point aggregates its seeds; the markdown,
+JSON and PNG are written; worker processes give the same figures."""
+
+import json
+import statistics
+
+import pytest
+
+from reinloop.eval import AGENTS, FaultProfile, GridSpec, run_grid
+from reinloop.eval.grid import PEERS
+
+# Slow calls hang 0.4 s: reinloop's timeout (0.1 s) is far from a normal call's time even on a busy machine.
+RUNAWAY = FaultProfile(tool_fault_rate=0.1, slow_s=0.4, runaway_rate=0.5, stubborn_rate=0.2)
+TWO_POINTS = GridSpec(fault_rates=(0.1, 0.5), correct_rates=(0.3,), seeds=(0, 1), tasks=8, base=RUNAWAY)
+
+
+@pytest.fixture(scope="module")
+def runaway_grid(tmp_path_factory):
+    out = tmp_path_factory.mktemp("grid")
+    calls = []
+    grid = run_grid(TWO_POINTS, out=out, progress=lambda done, total: calls.append((done, total)))
+    return grid, out, calls
+
+
+def test_reinloop_never_crashes_and_never_exceeds_max_iterations_with_the_runaway_on(runaway_grid):
+    grid, _, _ = runaway_grid
+    assert len(grid.points) == 2
+    for point in grid.points:
+        for summary in point["seeds"].values():  # over budget: more than max_iterations decisions, or stopped
+            assert summary["reinloop"]["crashes"] == 0 and summary["reinloop"]["over_budget_runs"] == 0
+
+
+def test_the_plain_create_agent_runs_over_budget_with_the_runaway_on(runaway_grid):
+    grid, _, _ = runaway_grid
+    for point in grid.points:
+        assert point["agents"]["create_agent"]["over_budget_runs"] > 0
+        assert point["agents"]["create_agent"]["crashes"] < point["agents"]["create_agent"]["runs"]
+
+
+def test_each_point_aggregates_its_seeds(runaway_grid):
+    grid, _, _ = runaway_grid
+    for point in grid.points:
+        seeds = point["seeds"]
+        assert sorted(seeds) == ["0", "1"]
+        for agent in AGENTS:
+            rates = [seeds[seed][agent]["success_rate"] for seed in seeds]
+            row = point["agents"][agent]
+            assert row["success_rate"] == pytest.approx(statistics.mean(rates))
+            assert (row["success_min"], row["success_max"]) == (min(rates), max(rates))
+            assert row["runs"] == 16 and row["prompt_tokens"] == sum(seeds[s][agent]["prompt_tokens"] for s in seeds)
+        best = max(point["agents"][peer]["success_rate"] for peer in PEERS)
+        assert point["agents"][point["best_peer"]]["success_rate"] == best
+        assert point["reinloop_minus_best_peer"] == pytest.approx(point["agents"]["reinloop"]["success_rate"] - best)
+        tokens = {agent: point["agents"][agent]["prompt_tokens"] for agent in ("reinloop", "create_agent + middleware")}
+        assert point["prompt_tokens_vs_middleware"] == pytest.approx(
+            tokens["reinloop"] / tokens["create_agent + middleware"]
+        )
+
+
+def test_the_grid_writes_its_table_as_markdown_and_json_and_the_heatmap(runaway_grid):
+    grid, out, _ = runaway_grid
+    assert {path.name for path in grid.files} == {"grid.md", "grid.json", "grid.png"} and grid.chart
+    data = json.loads((out / "grid.json").read_text())
+    assert data["settings"]["seeds"] == [0, 1] and data["settings"]["runaway_rate"] == 0.5
+    assert [(p["fault_rate"], p["correct_rate"]) for p in data["points"]] == [(0.1, 0.3), (0.5, 0.3)]
+    assert data["points"] == json.loads(json.dumps(grid.points))
+    text = (out / "grid.md").read_text()
+    assert grid.table in text and "## Fault model" in text and "Runaway" in text and "## Metrics" in text
+    rows = [line for line in grid.table.splitlines() if line.startswith(("| 0.1 / 0.3 |", "| 0.5 / 0.3 |"))]
+    assert len(rows) == 2
+    first = data["points"][0]
+    reinloop = first["agents"]["reinloop"]
+    shown = f"{reinloop['success_rate']:.0%} ({reinloop['success_min'] * 100:.0f}-{reinloop['success_max'] * 100:.0f})"
+    assert shown in rows[0] and f"{first['prompt_tokens_vs_middleware']:.2f}x" in rows[0]
+    assert all(f"| 0.5 / 0.3 | {agent} |" in text for agent in AGENTS)  # the cost table, per point and agent
+    assert (out / "grid.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_progress_counts_every_run(runaway_grid):
+    _, _, calls = runaway_grid
+    total = 2 * 2 * 8 * len(AGENTS)
+    assert calls[-1] == (total, total) and len(calls) == total
+
+
+def test_worker_processes_give_the_same_figures(tmp_path):
+    # No tool faults, and reinloop's tool timeout (slow_s / 4) far above a tool call's time on a loaded machine:
+    # the two runs must not differ by timing.
+    steady = FaultProfile(tool_fault_rate=0.0, slow_s=4.0, runaway_rate=0.5, stubborn_rate=0.2)
+    spec = GridSpec(fault_rates=(0.3,), correct_rates=(0.3,), seeds=(0, 1), tasks=3, base=steady)
+    alone = run_grid(spec, out=tmp_path / "one")
+    calls = []
+    shared = run_grid(spec, out=tmp_path / "two", workers=2, progress=lambda done, total: calls.append(done))
+
+    def without_time(grid):
+        text = json.dumps(grid.points)
+        points = json.loads(text)
+        for point in points:
+            for summary in [point["agents"], *point["seeds"].values()]:
+                for row in summary.values():
+                    row.pop("wall_s", None)
+        return points
+
+    assert without_time(shared) == without_time(alone)
+    assert calls == [12, 24]  # a suite's runs at a time
