@@ -197,3 +197,24 @@ def test_a_stubborn_model_repeats_a_successful_call_until_it_corrects_itself(cor
     assert len(calls) == repeats + (correct_rate == 1.0)
     if correct_rate == 1.0:
         assert calls[-1][0] == "calculator"
+
+
+@pytest.mark.parametrize("note", [None, "Your last 3 attempts failed: ... Take a different approach.", "fix it"])
+def test_a_note_after_a_failed_observation_does_not_change_how_the_simulated_model_reacts(note):
+    from reinloop.eval.simulated import SimulatedModel
+
+    task = SUITE[0]
+    step = task.plan[0]
+    call = {"name": step.tool, "args": {"bogus": 1}, "id": "c1", "type": "tool_call"}  # not the plan's step
+    failed = [
+        HumanMessage(task.prompt),
+        AIMessage("", tool_calls=[call]),
+        ToolMessage("Error: boom", tool_call_id="c1", status="error"),
+    ]
+    sent = failed + ([HumanMessage(note)] if note else [])
+    # never corrects itself: after a failed observation it repeats the failed call, whatever follows it
+    model = SimulatedModel(task=task, profile=FaultProfile(fault_rate=0.0, tool_fault_rate=0.0, correct_rate=0.0))
+    reply = model.invoke(sent)
+    assert [(c["name"], c["args"]) for c in reply.tool_calls] == [(step.tool, {"bogus": 1})]
+    corrects = SimulatedModel(task=task, profile=FaultProfile(fault_rate=0.0, tool_fault_rate=0.0, correct_rate=1.0))
+    assert corrects.invoke(sent).tool_calls[0]["args"] == step.args  # the plan's step: corrected

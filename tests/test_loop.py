@@ -264,10 +264,9 @@ def test_a_failing_call_repeated_ends_as_a_dead_loop_after_its_refusal_and_the_a
     agent, model = make_agent(script, error_threshold=10)
     result = agent.invoke({"task": "t"}, THREAD)
     seen = [call.messages[-1].content.split(".")[0] for call in model.calls[1:]] + [tool_messages(result)[-1].content]
-    assert (
-        seen[:4]
-        == ["Error: 'explode' failed (3 attempts): ZeroDivisionError: division by zero"] * 2 + ["Error: not run"] * 2
-    )
+    error = "Error: 'explode' failed (3 attempts): ZeroDivisionError: division by zero"
+    expected = [error] * 2 + ["Error: not run"] * 2
+    assert seen[:4] == expected
     assert "ends the run as a dead loop" in seen[4]
     assert (result["finish_reason"], result["iteration"]) == ("dead_loop", 5)
 

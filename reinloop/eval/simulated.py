@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.messages.tool import ToolCall
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
@@ -85,7 +85,7 @@ class SimulatedModel(BaseChatModel):
     _counter: TokenCounter = PrivateAttr()
     _runaway_drawn: bool = PrivateAttr(default=False)
     _runaway_calls: int | None = PrivateAttr(default=None)  # calls made since it ran away; None: it did not
-    _stubborn_call: dict[str, Any] | None = PrivateAttr(default=None)  # the call it keeps repeating
+    _stubborn_call: ToolCall | None = PrivateAttr(default=None)  # the call it keeps repeating
     decisions: int = 0
     prompt_tokens: int = 0
 
@@ -157,7 +157,7 @@ class SimulatedModel(BaseChatModel):
         self._runaway_calls += 1
         return _runaway_call(self._runaway_calls)
 
-    def _stubborn(self, succeeded: dict[str, Any] | None) -> AIMessage | None:
+    def _stubborn(self, succeeded: ToolCall | None) -> AIMessage | None:
         """The repeated call of a stubborn loop: started after a success, left with probability correct_rate."""
         if self._stubborn_call is not None:
             if self._extra.random() < self.profile.correct_rate:
@@ -169,7 +169,7 @@ class SimulatedModel(BaseChatModel):
             return None
         return _call(self._stubborn_call["name"], self._stubborn_call["args"])
 
-    def _step(self, step: Step, fault: str | None, previous: dict[str, Any] | None) -> AIMessage:
+    def _step(self, step: Step, fault: str | None, previous: ToolCall | None) -> AIMessage:
         """The plan's next step, or the mistake `fault` in its place."""
         if fault == "malformed":
             bad = {
@@ -229,11 +229,13 @@ def _failed(message: ToolMessage) -> bool:
     return message.status == "error" or not text or text.startswith("Error") or text in ("[]", "{}", "None")
 
 
-def _observed(
-    messages: Sequence[BaseMessage], previous: dict[str, Any] | None
-) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """The call whose observation the model was sent last, as (call, None) if it failed, (None, call) if not."""
-    last = messages[-1] if messages else None
+def _observed(messages: Sequence[BaseMessage], previous: ToolCall | None) -> tuple[ToolCall | None, ToolCall | None]:
+    """The call whose observation the model was sent last, as (call, None) if it failed, (None, call) if not.
+
+    Notes an agent adds after the observations (a correction hint, a reflection turn) neither hide nor
+    change what the model saw: it reacts to its last action's outcome the same whatever the agent says.
+    """
+    last = next((message for message in reversed(messages) if not isinstance(message, HumanMessage)), None)
     if previous is None or not isinstance(last, ToolMessage):
         return None, None
     return (previous, None) if _failed(last) else (None, previous)
@@ -259,7 +261,7 @@ def _progress(task: EvalTask, messages: Sequence[BaseMessage]) -> int:
 def _last_call(messages: Sequence[BaseMessage]) -> ToolCall | None:
     for message in reversed(messages):
         if isinstance(message, AIMessage) and message.tool_calls:
-            return dict(message.tool_calls[-1])
+            return message.tool_calls[-1]
     return None
 
 
