@@ -22,4 +22,5 @@ export CMAKE_ARGS="${CMAKE_ARGS:-$(cat scripts/llama-cmake-args)}"
 .venv/bin/pip install -q -e '.[dev]'
 .venv/bin/python -m pytest "$@"
 .venv/bin/ruff check .
+.venv/bin/mypy
 .venv/bin/ruff format --check .
