@@ -68,7 +68,7 @@ class AgentConfig(BaseModel):
         ),
     )
     repeats_after_feedback: int = Field(
-        1,
+        3,
         ge=0,
         description=(
             "Identical calls still answered (from cache, or refused again) within loop_window after the model "

@@ -28,24 +28,24 @@ from reinloop.tools.registry import ToolRegistry
 __all__ = [
     "CACHED_RESULT_TEMPLATE",
     "DEAD_LOOP_TEMPLATE",
+    "REFUSALS",
     "REPEATED_CALL_TEMPLATE",
     "RepeatGuard",
     "advance_window",
     "record",
 ]
 
-CACHED_RESULT_TEMPLATE = "Not run again: you already have this result from the identical call before.\n{result}"
+CACHED_RESULT_TEMPLATE = "Not run again; you already have its result:\n{result}"
 REPEATED_CALL_TEMPLATE = (
-    "Error: not run. {name!r} was requested with these exact arguments {count} times in the last "
-    "{window} decisions{failed}, and repeating it cannot give a new result. Change the arguments, use "
-    "another tool, or give your final answer."
+    "Error: not run: this exact {name!r} call came {count} times in {window} decisions{failed}. Change the "
+    "arguments or the tool, or give your final answer."
 )
 DEAD_LOOP_TEMPLATE = (
     "Error: not run. This exact {name!r} call was already answered from cache or refused {count} times in "
     "the last {window} decisions, and repeating it again ends the run as a dead loop."
 )
 # Rejections that are feedback on the repetition itself, not on the call.
-_REFUSALS: frozenset[ErrorKind] = frozenset({"repeated_call", "repeat_after_feedback"})
+REFUSALS: frozenset[ErrorKind] = frozenset({"repeated_call", "repeat_after_feedback"})
 
 
 @dataclass
@@ -62,11 +62,14 @@ class RepeatGuard:
     @classmethod
     def over(cls, window: list[list[CallRecord]], settings: AgentConfig, registry: ToolRegistry) -> RepeatGuard:
         guard = cls(settings, registry)
-        # The window holds the current decision's place too: the earlier ones are its last loop_window - 1.
-        earlier = window[-(settings.loop_window - 1) :] if settings.loop_window > 1 else []
-        for records in earlier:
+        # A window holds the current decision's place too: the earlier decisions are its last size - 1.
+        for records in _earlier(window, settings.loop_window):
             for entry in records:
                 guard._count(entry)
+        # Repeats after feedback are counted over a longer window, or a dead loop could never trip once
+        # repeats_after_feedback reaches loop_window - 1.
+        for records in _earlier(window, horizon(settings)):
+            guard.feedback.update(entry["signature"] for entry in records if entry["outcome"] in ("cached", "refused"))
         return guard
 
     def judge(self, check: CallCheck) -> CallCheck:
@@ -98,8 +101,6 @@ class RepeatGuard:
     def _count(self, entry: CallRecord) -> None:
         signature = entry["signature"]
         self.requests[signature] += 1
-        if entry["outcome"] in ("cached", "refused"):
-            self.feedback[signature] += 1
         if entry["outcome"] in ("ok", "cached"):
             self.results[signature] = entry["result"]
         elif entry["outcome"] == "failed":
@@ -111,15 +112,25 @@ def record(check: CallCheck, outcome: ToolOutcome | None) -> CallRecord:
     signature = check["signature"]
     if check.get("cached") is not None:
         return CallRecord(signature=signature, outcome="cached", result=check.get("cached"))
-    if check["error_kind"] in _REFUSALS:
+    if check["error_kind"] in REFUSALS:
         return CallRecord(signature=signature, outcome="refused", result=None)
     if outcome is None or outcome["error_kind"] is not None:
         return CallRecord(signature=signature, outcome="failed", result=None)
     return CallRecord(signature=signature, outcome="ok", result=outcome["content"])
 
 
+def horizon(settings: AgentConfig) -> int:
+    """The decisions the dead-loop rule looks back over: loop_window, and one more per allowed repeat after
+    feedback."""
+    return settings.loop_window + settings.repeats_after_feedback
+
+
+def _earlier(window: list[list[CallRecord]], size: int) -> list[list[CallRecord]]:
+    return window[-(size - 1) :] if size > 1 else []
+
+
 def advance_window(
-    window: list[list[CallRecord]], records: list[CallRecord], loop_window: int
+    window: list[list[CallRecord]], records: list[CallRecord], settings: AgentConfig
 ) -> list[list[CallRecord]]:
-    """The window after a decision whose calls came to `records`: the last `loop_window` decisions."""
-    return [*window, records][-loop_window:]
+    """The window after a decision whose calls came to `records`: the last `horizon` decisions."""
+    return [*window, records][-horizon(settings) :]

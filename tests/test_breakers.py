@@ -94,7 +94,7 @@ STATE = {
         ("error_streak", "Stopped: 3 errors in a row (the limit is 3). The last one: Error: boom"),
         (
             "dead_loop",
-            "Stopped: a dead loop. The same call was repeated more than 1 times after it was answered from cache "
+            "Stopped: a dead loop. The same call was repeated more than 3 times after it was answered from cache "
             'or refused, within 3 decisions: add{"a": 1}',
         ),
         ("token_budget", "Stopped: the run used 1000 tokens after 4 rounds (the budget is 500)."),

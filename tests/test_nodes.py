@@ -160,7 +160,7 @@ def judged(window, tools=(add, lookup, explode), calls=None, **config):
 def test_validate_args_refuses_the_repeat_that_exceeds_max_repeats_within_the_window():
     (checked,) = judged([[rec("failed")], [rec("failed")]], loop_window=3, max_repeats=2)
     assert checked["error_kind"] == "repeated_call" and checked.get("cached") is None
-    assert "3 times in the last 3 decisions, and it failed" in checked["error"]
+    assert "came 3 times in 3 decisions, and it failed" in checked["error"]
     # below max_repeats a failed call may run again; outside the window the old calls no longer count
     assert judged([[rec("failed")]], loop_window=3, max_repeats=2)[0]["error_kind"] is None
     other = rec("ok", "x", signature='lookup{"key": "x"}')
@@ -190,7 +190,9 @@ def test_validate_args_ends_a_repeat_after_more_feedback_than_allowed_as_a_dead_
     assert checked["error_kind"] == "repeat_after_feedback"
     # within one decision: the third identical call after a success is the second repeat after feedback
     calls = [call("add", {"a": 1, "b": 2}, f"c{n}") for n in range(3)]
-    kinds = [(c["error_kind"], c.get("cached")) for c in judged([[rec("ok", "3")]], calls=calls)]
+    kinds = [
+        (c["error_kind"], c.get("cached")) for c in judged([[rec("ok", "3")]], calls=calls, repeats_after_feedback=1)
+    ]
     assert kinds == [(None, "3"), (None, "3"), ("repeat_after_feedback", None)]
 
 
@@ -268,7 +270,7 @@ def test_observe_sends_answers_from_cache_and_refusals_and_records_what_became_o
     ]
     earlier = [[rec("ok", "x", signature=f"s{n}")] for n in range(3)]
     state = {"decision": act([]), "checks": checks, "tool_results": results, "call_window": earlier}
-    update = frozen_call(observe, state, make_context(loop_window=3))
+    update = frozen_call(observe, state, make_context(loop_window=2, repeats_after_feedback=1))
     assert [(m.content, m.status) for m in update["messages"]] == [
         (CACHED_RESULT_TEMPLATE.format(result="4"), "success"),
         ("Error: not run", "error"),
@@ -276,6 +278,7 @@ def test_observe_sends_answers_from_cache_and_refusals_and_records_what_became_o
         ("Error: boom", "error"),
     ]
     assert CACHED_RESULT_TEMPLATE.format(result="4").endswith("\n4")
+    # the last loop_window + repeats_after_feedback decisions
     assert update["call_window"] == [
         *earlier[-2:],
         [

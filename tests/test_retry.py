@@ -92,8 +92,7 @@ def test_a_tool_that_always_fails_runs_exactly_tool_attempts_times_and_the_model
     assert flaky.calls == 4
     seen = [message for message in model.calls[1].messages if isinstance(message, ToolMessage)]
     assert [message.content for message in seen] == [
-        "Error: 'fetch' failed (4 attempts): service unavailable (call 4). Check the arguments, or use another "
-        "tool if it cannot do this."
+        "Error: 'fetch' failed (4 attempts): service unavailable (call 4). Change the arguments or the tool."
     ]
     assert (result["consecutive_errors"], result["tool_attempts"]) == (1, 4)
 
@@ -174,7 +173,7 @@ def test_a_timeout_is_retried_with_the_full_timeout_each_time(gate):
 def test_a_tool_that_always_times_out_reports_its_attempts(gate):
     agent, _ = agent_with([gate.tool], [tool_call("hang", {"seconds": 1}), "done"], tool_timeout_s=0.1)
     (message,) = tool_messages(agent.invoke({"task": "t"}))
-    assert message.content.startswith("Error: 'hang' did not finish within 0.1 s (3 attempts),")
+    assert message.content.startswith("Error: 'hang' gave no result within 0.1 s (3 attempts).")
 
 
 # Process isolation: the tool counts its runs in a file, since each run may be in another worker -------------

@@ -45,17 +45,9 @@ __all__ = [
     "execute_tool",
 ]
 
-TOOL_ERROR_TEMPLATE = (
-    "Error: {name!r} failed{tries}: {error}. Check the arguments, or use another tool if it cannot do this."
-)
-TIMEOUT_TEMPLATE = (
-    "Error: {name!r} did not finish within {timeout:g} s{tries}, and its result will not be used. "
-    "Try a smaller request, or another tool."
-)
-EMPTY_RESULT_TEMPLATE = (
-    "Error: {name!r} returned no usable result{tries}: {reason}. "
-    "Try different arguments or another tool; do not repeat the same call."
-)
+TOOL_ERROR_TEMPLATE = "Error: {name!r} failed{tries}: {error}. Change the arguments or the tool."
+TIMEOUT_TEMPLATE = "Error: {name!r} gave no result within {timeout:g} s{tries}. Try a smaller request or another tool."
+EMPTY_RESULT_TEMPLATE = "Error: {name!r} returned no usable result{tries}: {reason}. Change the arguments or the tool."
 # Fills {tries} above when the call was retried; empty after a single attempt.
 ATTEMPTS_NOTE = " ({attempts} attempts)"
 

@@ -21,7 +21,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
 
 from reinloop.context import AgentContext
 from reinloop.errors import InvariantError
-from reinloop.repeats import CACHED_RESULT_TEMPLATE, advance_window, record
+from reinloop.repeats import CACHED_RESULT_TEMPLATE, REFUSALS, advance_window, record
 from reinloop.state import AgentState, CallCheck, CallRecord, ErrorKind, ToolOutcome
 from reinloop.text import truncate
 
@@ -29,7 +29,7 @@ __all__ = ["PARSE_FAILED_TEMPLATE", "observe"]
 
 PARSE_FAILED_TEMPLATE = "Error: your last reply could not be read ({error}) and was discarded. Reply with {expected}."
 # One error of the streak, as the reflection turn lists it.
-STREAK_LINE_CHARS = 200
+STREAK_LINE_CHARS = 120
 
 
 @dataclass
@@ -78,11 +78,13 @@ def observe(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
             )
         )
         records.append(record(check, outcome))
+        if error_kind in REFUSALS:
+            continue  # the repeat guards' own feedback: the dead-loop escalation counts these, not the streak
         if error_kind is not None:
             streak.error(_called(check), content)
         elif outcome is not None:  # a real tool success; an answer from cache is not one
             streak.success()
-    window = advance_window(state.get("call_window") or [], records, ctx.settings.loop_window)
+    window = advance_window(state.get("call_window") or [], records, ctx.settings)
     # An outcome saved by a version that did not count attempts ran once.
     attempts = state.get("tool_attempts", 0) + sum(outcome.get("attempts", 1) for outcome in results)
     return {"messages": messages, "call_window": window, "tool_attempts": attempts, **streak.update()}
