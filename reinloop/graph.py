@@ -45,7 +45,7 @@ from reinloop.nodes import (
 )
 from reinloop.prompt import assemble, prompt_tokens
 from reinloop.protocols import DecisionProtocol, get_protocol
-from reinloop.state import AgentInput, AgentState, read_input
+from reinloop.state import AgentInput, AgentState, read_input, runs
 from reinloop.tools.registry import ToolRegistry
 
 _AgentGraph: TypeAlias = StateGraph[AgentState, None, Any, AgentState]
@@ -105,9 +105,7 @@ def route_after_validate_args(state: AgentState) -> AfterValidateArgs | list[Sen
         return CHECK_FINISH
     # 3. Valid calls run, one task each, so each finished call is checkpointed on its own; calls answered
     #    from cache or refused do not run.
-    runnable = [
-        check for check in state.get("checks", []) if check["error_kind"] is None and check.get("cached") is None
-    ]
+    runnable = [check for check in state.get("checks", []) if runs(check)]
     if runnable:
         return [Send(EXECUTE_TOOL, check) for check in runnable]
     # 4. Nothing to run: the rejections, answers from cache or the parse error go back to the model

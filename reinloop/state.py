@@ -38,6 +38,7 @@ __all__ = [
     "act",
     "answer",
     "read_input",
+    "runs",
     "unparsable",
 ]
 
@@ -101,6 +102,11 @@ class CallCheck(TypedDict):
     # The observation of an identical call that succeeded within loop_window, sent back (after a note) instead
     # of running this one. Absent or None: the call runs (error_kind None) or was rejected.
     cached: NotRequired[str | None]
+
+
+def runs(check: CallCheck) -> bool:
+    """Whether execute_tool runs the call: it is valid and was not answered from cache."""
+    return check["error_kind"] is None and check.get("cached") is None
 
 
 class CallRecord(TypedDict):

@@ -22,7 +22,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
 from reinloop.context import AgentContext
 from reinloop.errors import InvariantError
 from reinloop.repeats import CACHED_RESULT_TEMPLATE, REFUSALS, advance_window, record
-from reinloop.state import AgentState, CallCheck, CallRecord, ErrorKind, ToolOutcome
+from reinloop.state import AgentState, CallCheck, CallRecord, ErrorKind, ToolOutcome, runs
 from reinloop.text import truncate
 
 __all__ = ["PARSE_FAILED_TEMPLATE", "observe"]
@@ -92,7 +92,7 @@ def observe(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
 
 def _outcome(check: CallCheck, outcomes: dict[str, ToolOutcome]) -> ToolOutcome | None:
     """The run's outcome of a call that was to run; None for a call that did not run."""
-    if check["error_kind"] is not None or check.get("cached") is not None:
+    if not runs(check):
         return None
     outcome = outcomes.get(check["call_id"])
     if outcome is None:

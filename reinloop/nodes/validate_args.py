@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from reinloop.breakers import tool_attempt_limit
 from reinloop.context import AgentContext
 from reinloop.repeats import RepeatGuard
-from reinloop.state import AgentState, CallCheck, Decision, ErrorKind
+from reinloop.state import AgentState, CallCheck, Decision, ErrorKind, runs
 from reinloop.text import truncate
 from reinloop.tools.effects import call_key
 from reinloop.tools.registry import RegisteredTool
@@ -82,24 +82,19 @@ def _correction(decision: Decision, ctx: AgentContext) -> str:
 
 def _allot_attempts(checks: list[CallCheck], limit: int, left: int, ctx: AgentContext) -> list[CallCheck]:
     """The checks with the attempts of each call ready to run, out of the `left` attempts of the run's `limit`."""
-    spare = left - sum(_runs(check) for check in checks)  # attempts left for retries
+    spare = left - sum(runs(check) for check in checks)  # attempts left for retries
     allotted: list[CallCheck] = []
     for check in checks:
-        if _runs(check) and left <= 0:
+        if runs(check) and left <= 0:
             message = OVER_BUDGET_TEMPLATE.format(limit=limit)
             check = {**check, "error_kind": "over_budget", "error": message}
-        elif _runs(check):
+        elif runs(check):
             wanted = ctx.settings.tool_attempts if ctx.registry[check["name"]].retryable else 1
             retries = min(wanted - 1, max(spare, 0))
             left, spare = left - 1, spare - retries
             check = {**check, "attempts": 1 + retries}
         allotted.append(check)
     return allotted
-
-
-def _runs(check: CallCheck) -> bool:
-    """Whether the call is to run: valid, and not answered from cache."""
-    return check["error_kind"] is None and check.get("cached") is None
 
 
 def _check_call(call: dict[str, Any], key: str, ctx: AgentContext) -> CallCheck:
