@@ -15,7 +15,7 @@ import json
 import re
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, get_args
 
 from langchain_core.language_models import BaseChatModel
@@ -236,22 +236,17 @@ class _ObjectSearch:
 
     def whole(self, candidate: str) -> dict[str, Any] | None:
         """`candidate` as one JSON document: the object if it has an "action" key, else None."""
-        try:
-            obj = json.loads(candidate)
-        except json.JSONDecodeError as exc:
-            self._error(f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
-            return None
-        except RecursionError:
-            self.too_deep = True
-            return None
-        return self._keep(obj)
+        return self._attempt(lambda: json.loads(candidate), lambda exc: f"line {exc.lineno} column {exc.colno}")
 
     def prefix(self, decoder: json.JSONDecoder, text: str, start: int) -> dict[str, Any] | None:
         """The JSON value that starts at `start` in `text`: the object if it has an "action" key, else None."""
+        return self._attempt(lambda: decoder.raw_decode(text, start)[0], lambda exc: f"position {exc.pos}")
+
+    def _attempt(self, parse: Callable[[], Any], where: Callable[[json.JSONDecodeError], str]) -> dict[str, Any] | None:
         try:
-            obj, _ = decoder.raw_decode(text, start)
+            obj = parse()
         except json.JSONDecodeError as exc:
-            self._error(f"invalid JSON: {exc.msg} at position {exc.pos}")
+            self._error(f"invalid JSON: {exc.msg} at {where(exc)}")
             return None
         except RecursionError:
             self.too_deep = True
