@@ -12,6 +12,7 @@ from langgraph.types import Command, interrupt
 
 from reinloop import AgentConfig, AgentInput, ConfigurationError, InputError, build_agent
 from reinloop.memory import pairing_violations
+from reinloop.prompt import MEMORY_HEADER
 from reinloop.repeats import CACHED_RESULT_TEMPLATE
 from reinloop.testing import ScriptedChatModel, ScriptExhaustedError, json_action, parallel_calls, tool_call
 from tests.conftest import THREAD, add, explode, lookup, make_agent
@@ -46,10 +47,15 @@ def test_happy_path_calls_a_tool_then_answers():
 def test_bad_arguments_are_fed_back_and_corrected():
     agent, model = make_agent([tool_call("add", {"a": "two", "b": 3}), tool_call("add", {"a": 2, "b": 3}), "5"])
     result = agent.invoke({"task": "add"}, THREAD)
-    feedback, success = tool_messages(result)
+    feedback = model.calls[1].messages[-1]
     assert feedback.status == "error" and "a: Input should be a valid integer" in feedback.content
+    # once corrected, the failed call leaves the window as a one-line digest: it is not sent again in full
+    (success,) = tool_messages(result)
     assert success.content == "5"
-    assert model.calls[1].messages[-1].content == feedback.content
+    (digest,) = result["pending"]
+    assert digest.startswith('add({"a": "two", "b": 3}) -> Error: invalid arguments for \'add\'')
+    last_prompt = model.calls[2].messages
+    assert not any("Input should be" in m.text for m in last_prompt if not m.text.startswith(MEMORY_HEADER))
     assert (result["finish_reason"], result["consecutive_errors"]) == ("answered", 0)
 
 
@@ -90,8 +96,8 @@ def test_parse_retries_exhausted_becomes_an_error_observation():
 def test_tool_exception_is_fed_back_and_the_model_recovers():
     agent, _ = make_agent([tool_call("explode", {"reason": "x"}), tool_call("add", {"a": 1, "b": 1}), "2"])
     result = agent.invoke({"task": "t"}, THREAD)
-    error, success = tool_messages(result)
-    assert "ZeroDivisionError" in error.content and error.status == "error"
+    (success,) = tool_messages(result)  # the failed call, once got past, left the window as a digest
+    assert "ZeroDivisionError" in result["pending"][0]
     assert success.content == "2"
     assert result["finish_reason"] == "answered" and result["consecutive_errors"] == 0
 

@@ -44,6 +44,18 @@ def pairing_violations(messages: Sequence[BaseMessage]) -> list[str]:
     return problems
 
 
+def failed_calls(entry: Sequence[BaseMessage]) -> bool:
+    """Whether the entry is a decision whose every tool call failed (an error result for each)."""
+    head, results = entry[0], entry[1:]
+    calls = head.tool_calls if isinstance(head, AIMessage) else []
+    return bool(calls) and all(isinstance(result, ToolMessage) and result.status == "error" for result in results)
+
+
+def succeeded_calls(entry: Sequence[BaseMessage]) -> bool:
+    """Whether the entry is a decision at least one of whose tool calls succeeded."""
+    return any(isinstance(result, ToolMessage) and result.status != "error" for result in entry[1:])
+
+
 def entry_key(entry: Sequence[BaseMessage]) -> str:
     """What makes two window entries the same memory: the same calls (tool name and canonical arguments)
     with the same results, or, for a note without tool calls, the same text. Equal results of different
