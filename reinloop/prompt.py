@@ -16,7 +16,7 @@ from reinloop.text import truncate
 
 __all__ = ["CUT_ARGS_KEY", "MEMORY_HEADER", "assemble", "fit_to_budget", "memory_note", "prompt_tokens"]
 
-MEMORY_HEADER = "Your earlier steps (the messages below are the latest):"
+MEMORY_HEADER = "Earlier steps (older than the messages below):"
 # Below this many characters a part of a message is not cut any further.
 MIN_CUT_CHARS = 40
 # Tool-call arguments cut for the prompt must stay a JSON object (providers refuse anything else): when
@@ -32,10 +32,11 @@ def memory_note(summaries: Sequence[str], pending: Sequence[str], memories: Sequ
     if summaries:
         parts.append("Summary:\n" + "\n".join(summaries))
     if pending:
-        parts.append("Steps since the summary:\n" + "\n".join(f"- {line}" for line in pending))
+        steps = "\n".join(f"- {line}" for line in pending)
+        parts.append(f"Since the summary:\n{steps}" if summaries else steps)
     if memories:
         parts.append("Recalled from long-term memory:\n" + "\n".join(f"- {text}" for text in memories))
-    return f"{MEMORY_HEADER}\n\n" + "\n\n".join(parts) if parts else None
+    return f"{MEMORY_HEADER}\n" + "\n".join(parts) if parts else None
 
 
 def assemble(

@@ -104,7 +104,7 @@ class ToolCallingProtocol(DecisionProtocol):
     """Native tool calls through `bind_tools`: for models and servers that support tool calling."""
 
     name = "tool_calling"
-    expected_format = "a tool call whose arguments are a JSON object, or the final answer as plain text"
+    expected_format = "a tool call with JSON object arguments, or a plain-text final answer"
 
     def bind(self, model: BaseChatModel, registry: ToolRegistry) -> Runnable[Any, BaseMessage]:
         return model.bind_tools(registry.tools) if len(registry) else model

@@ -35,10 +35,10 @@ __all__ = [
     "record",
 ]
 
-CACHED_RESULT_TEMPLATE = "Not run again; you already have its result:\n{result}"
+CACHED_RESULT_PREFIX = "Not run again; you already have its result:\n"
+CACHED_RESULT_TEMPLATE = CACHED_RESULT_PREFIX + "{result}"
 REPEATED_CALL_TEMPLATE = (
-    "Error: not run: this exact {name!r} call came {count} times in {window} decisions{failed}. Change the "
-    "arguments or the tool, or give your final answer."
+    "Error: not run: this call came {count} times in {window} decisions. Change the arguments or the tool, or answer."
 )
 DEAD_LOOP_TEMPLATE = (
     "Error: not run. This exact {name!r} call was already answered from cache or refused {count} times in "
@@ -84,8 +84,7 @@ class RepeatGuard:
         elif (cached := self._cached(check)) is not None:
             judged = {**check, "cached": cached}
         elif (count := self.requests[signature]) > self.settings.max_repeats:
-            failed = ", and it failed" if signature in self.results and self.results[signature] is None else ""
-            message = REPEATED_CALL_TEMPLATE.format(name=check["name"], count=count, window=window, failed=failed)
+            message = REPEATED_CALL_TEMPLATE.format(count=count, window=window)
             judged = {**check, "error_kind": "repeated_call", "error": message}
         else:
             return check

@@ -3,7 +3,12 @@ model or a person (prompts, observations, digests, summaries, feedback, final me
 
 from __future__ import annotations
 
-__all__ = ["CUT_MARKER", "truncate"]
+import re
+
+__all__ = ["CUT_MARKER", "gist", "truncate"]
+
+# The first sentence: up to a full stop, question or exclamation mark that ends the text or comes before a space.
+_FIRST_SENTENCE = re.compile(r"\S.*?[.!?](?=\s|$)", re.DOTALL)
 
 # What replaces the end of a text cut by `truncate`; the one marker of cut text everywhere.
 CUT_MARKER = " … [{count} more characters cut]"
@@ -19,3 +24,11 @@ def truncate(text: str, max_chars: int) -> str:
         return text
     cut = text[:max_chars] + CUT_MARKER.format(count=len(text) - max_chars)
     return cut if len(cut) < len(text) else text
+
+
+def gist(text: str, max_chars: int) -> str:
+    """The first sentence of `text` on one line (the whole text if it has no sentence end), cut to `max_chars`:
+    what an error says, without the advice that follows it."""
+    line = " ".join(text.split())
+    found = _FIRST_SENTENCE.match(line)
+    return truncate(found.group(0) if found else line, max_chars)

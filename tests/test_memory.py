@@ -368,7 +368,7 @@ def test_different_calls_with_the_same_result_are_different_memories(first, seco
     assert compress_memory(state, make_context(memory_capacity=10), {}) == {}
 
 
-def test_a_true_repeat_is_dropped_and_leaves_a_digest():
+def test_a_true_repeat_is_dropped_with_no_digest():
     from reinloop.memory import entry_key
     from reinloop.nodes import compress_memory
 
@@ -376,7 +376,7 @@ def test_a_true_repeat_is_dropped_and_leaves_a_digest():
     assert entry_key(first) == entry_key(second)  # canonical arguments: their order does not matter
     update = compress_memory({"task": "t", "messages": [*first, *second]}, make_context(memory_capacity=10), {})
     assert [m.id for m in update["messages"]] == ["a1", "t1"]
-    assert update["pending"] == ['add({"a": 2, "b": 2}) -> 4']
+    assert "pending" not in update
 
 
 def window_of(result: dict) -> list[str]:
@@ -404,10 +404,57 @@ def test_identical_errors_from_different_calls_both_stay_in_the_window_end_to_en
     assert window_of(result) == ["find{'key': 'x'}", "find{'key': 'y'}"]
 
 
-def test_a_true_repeat_leaves_a_digest_end_to_end():
+def test_a_true_repeat_leaves_the_window_end_to_end():
     replies = [tool_call("add", {"a": 2, "b": 2}), tool_call("add", {"a": 2, "b": 2}), "done"]
     # loop_window=1: the repeat runs (rather than being answered from cache), so its entry is a true repeat
     agent, _ = make_agent(replies, compress_every=10, loop_window=1)
     result = agent.invoke({"task": "Add."}, new_thread())
     assert window_of(result) == ["add{'a': 2, 'b': 2}"]
-    assert result["pending"] == ['add({"a": 2, "b": 2}) -> 4']
+    assert not result.get("pending")
+
+
+def test_a_failed_call_leaves_its_digest_as_the_errors_first_sentence():
+    from reinloop.memory import digest
+
+    failed = entry(1, "add", {"a": "x"}, "Error: invalid arguments for 'add': a: not an integer. Expected add(a: int).")
+    failed[1].status = "error"
+    assert digest(failed) == 'add({"a": "x"}) -> Error: invalid arguments for \'add\': a: not an integer.'
+    ok = entry(2, "add", {"a": 1}, "Done. The sum is 1.")
+    assert digest(ok) == 'add({"a": 1}) -> Done. The sum is 1.'  # a result is kept whole (up to its cut)
+
+
+def test_an_unreadable_reply_and_a_failed_call_leave_the_window_once_the_model_gets_past_them():
+    replies = [AIMessage("", invalid_tool_calls=[{"type": "invalid_tool_call", "id": "x", "name": "add",
+                                                   "args": "{oops", "error": None}])] * 2  # fmt: skip
+    replies += [tool_call("add", {"a": "two", "b": 1}), tool_call("add", {"a": 1, "b": 1}), "2"]
+    agent, model = make_agent(replies, max_parse_retries=1)
+    result = agent.invoke({"task": "Add."}, new_thread())
+    assert result["finish_reason"] == "answered"
+    # before the success, the error note and the failed call were sent...
+    before = [m.text for m in model.calls[3].messages]
+    assert any(t.startswith("Error: your reply could not be read") for t in before)
+    assert any(t.startswith("Error: invalid arguments for 'add'") for t in before)
+    # ...after it, neither is, in full or as a digest: only the task and the successful call remain
+    after = model.calls[4].messages
+    assert [type(m).__name__ for m in after] == ["HumanMessage", "AIMessage", "ToolMessage"]
+    assert not result.get("pending")
+
+
+def test_the_error_notes_mark_is_not_sent_to_the_provider():
+    from langchain_openai.chat_models.base import _convert_message_to_dict
+
+    from reinloop.memory.window import error_note, is_error_note
+
+    note = error_note("Error: your reply could not be read")
+    assert is_error_note(note) and not is_error_note(HumanMessage(note.text))
+    assert _convert_message_to_dict(note) == {"role": "user", "content": note.text}
+
+
+def test_identical_refusals_are_kept_once_in_the_window():
+    script = [tool_call("lookup", {"key": "nowhere"})] * 5 + ["gave up"]
+    agent, model = make_agent(script, max_repeats=2, error_threshold=10, repeats_after_feedback=5)
+    result = agent.invoke({"task": "Find."}, new_thread())
+    assert result["finish_reason"] == "answered"
+    sent = [m.text for m in model.calls[-1].messages if isinstance(m, ToolMessage)]
+    refusals = [text for text in sent if text.startswith("Error: not run")]
+    assert len(refusals) == 1 and len(sent) == 2  # the failure, and one copy of the refusal

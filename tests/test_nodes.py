@@ -111,12 +111,22 @@ def test_validate_args_accepts_valid_calls_and_records_canonical_signatures():
     ("name", "args", "kind", "mentions"),
     [
         ("divide", {"a": 1}, "unknown_tool", ["'divide' is not a valid tool", "[add, lookup, explode]"]),
+        ("add_tool", {"a": 1}, "unknown_tool", ["'add_tool' is not a valid tool. Did you mean 'add'?"]),
+        ("lokup", {"key": "k"}, "unknown_tool", ["'lokup' is not a valid tool. Did you mean 'lookup'?"]),
         ("add", {"a": "one", "b": 2}, "invalid_args", ["a: Input should be a valid integer", "'one'"]),
         ("add", {"a": 1}, "invalid_args", ["b: missing (required)", "Expected add(a: integer, b: integer)."]),
         ("add", {"a": 1, "b": 2, "c": 3}, "invalid_args", ["c: unexpected argument", "['a', 'b']"]),
         ("add", {"a": "x" * 500, "b": 2}, "invalid_args", ["(got 'xxxx", "x … [422 more characters cut])"]),
     ],
-    ids=["unknown-tool", "wrong-type", "missing-field", "extra-field", "long-input-quoted-cut"],
+    ids=[
+        "unknown-tool",
+        "unknown-tool-with-a-suffix",
+        "unknown-tool-misspelt",
+        "wrong-type",
+        "missing-field",
+        "extra-field",
+        "long-input-quoted-cut",
+    ],
 )
 def test_validate_args_rejects_bad_calls_with_actionable_feedback(name, args, kind, mentions):
     ctx = make_context()
@@ -160,7 +170,7 @@ def judged(window, tools=(add, lookup, explode), calls=None, **config):
 def test_validate_args_refuses_the_repeat_that_exceeds_max_repeats_within_the_window():
     (checked,) = judged([[rec("failed")], [rec("failed")]], loop_window=3, max_repeats=2)
     assert checked["error_kind"] == "repeated_call" and checked.get("cached") is None
-    assert "came 3 times in 3 decisions, and it failed" in checked["error"]
+    assert "this call came 3 times in 3 decisions" in checked["error"]
     # below max_repeats a failed call may run again; outside the window the old calls no longer count
     assert judged([[rec("failed")]], loop_window=3, max_repeats=2)[0]["error_kind"] is None
     other = rec("ok", "x", signature='lookup{"key": "x"}')
@@ -360,14 +370,14 @@ def test_compress_memory_evicts_whole_old_entries_beyond_capacity_as_digests():
     assert compress_memory({"task": "t", "messages": entries(2)}, make_context(memory_capacity=2), {}) == {}
 
 
-def test_compress_memory_keeps_only_the_newest_of_repeated_calls_and_digests_the_rest():
+def test_compress_memory_keeps_only_the_newest_of_repeated_calls_with_no_digest_of_the_rest():
     repeated = [AIMessage("", id=f"a{i}", tool_calls=[call("add", {"a": 1, "b": 2}, f"c{i}")]) for i in range(3)]
     messages = [
         m for i, head in enumerate(repeated) for m in (head, ToolMessage("3", tool_call_id=f"c{i}", id=f"t{i}"))
     ]
     update = frozen_call(compress_memory, {"task": "t", "messages": messages}, make_context(memory_capacity=10), {})
     assert [m.id for m in update["messages"]] == ["a1", "t1", "a0", "t0"]
-    assert update["pending"] == ['add({"a": 1, "b": 2}) -> 3'] * 2  # a dropped repeat is not forgotten
+    assert "pending" not in update  # the newer copy in the window says the same
 
 
 def test_compress_memory_folds_digests_with_the_summarizer():
@@ -449,6 +459,13 @@ def test_check_finish_grants_one_reflection_turn_with_what_failed():
     assert (update["finish_reason"], "reflection" in update) == ("max_iterations", False)
     update = check_finish(state, make_context(error_reflection=False))
     assert (update["finish_reason"], "reflection" in update) == ("error_streak", False)
+
+
+def test_the_reflection_turn_lists_an_error_that_came_again_once_with_its_count():
+    lines = ["a(1): boom", "b(): no", "a(1): boom"]
+    state = {"decision": act([]), "checks": [], "consecutive_errors": 3, "streak_errors": lines}
+    update = check_finish(state, make_context(error_threshold=3))
+    assert update["reflection"] == REFLECTION_TEMPLATE.format(count=3, errors="- a(1): boom (2 times)\n- b(): no")
 
 
 def test_decide_ends_the_prompt_with_the_reflection_and_clears_it_once_a_reply_parses():

@@ -6,11 +6,27 @@ import hashlib
 import json
 from collections.abc import Sequence
 
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from reinloop.text import truncate
+from reinloop.repeats import CACHED_RESULT_PREFIX
+from reinloop.text import gist, truncate
 
-__all__ = ["digest", "entry_key", "pairing_violations", "window_entries"]
+__all__ = [
+    "digest",
+    "entry_key",
+    "error_note",
+    "failed",
+    "is_error_note",
+    "pairing_violations",
+    "succeeded_calls",
+    "window_entries",
+]
+
+# Marks an error note (in additional_kwargs, which chat model integrations do not send for a user message).
+ERROR_NOTE_KEY = "reinloop_error_note"
+
+# What a digest keeps of an error result: its first sentence, at most this long.
+FAILURE_GIST_CHARS = 100
 
 
 def window_entries(messages: Sequence[BaseMessage]) -> list[list[BaseMessage]]:
@@ -44,11 +60,23 @@ def pairing_violations(messages: Sequence[BaseMessage]) -> list[str]:
     return problems
 
 
-def failed_calls(entry: Sequence[BaseMessage]) -> bool:
-    """Whether the entry is a decision whose every tool call failed (an error result for each)."""
+def error_note(text: str) -> HumanMessage:
+    """A note in the window that reports an error of the model's own (an unreadable reply): marked, so that
+    once the model gets past it, it leaves the window like a failed call (the mark is never sent)."""
+    return HumanMessage(text, additional_kwargs={ERROR_NOTE_KEY: True})
+
+
+def is_error_note(message: BaseMessage) -> bool:
+    return isinstance(message, HumanMessage) and bool(message.additional_kwargs.get(ERROR_NOTE_KEY))
+
+
+def failed(entry: Sequence[BaseMessage]) -> bool:
+    """Whether the entry is a decision whose every tool call failed (an error result for each), or an error note."""
     head, results = entry[0], entry[1:]
     calls = head.tool_calls if isinstance(head, AIMessage) else []
-    return bool(calls) and all(isinstance(result, ToolMessage) and result.status == "error" for result in results)
+    if not calls:
+        return is_error_note(head)
+    return all(isinstance(result, ToolMessage) and result.status == "error" for result in results)
 
 
 def succeeded_calls(entry: Sequence[BaseMessage]) -> bool:
@@ -58,11 +86,12 @@ def succeeded_calls(entry: Sequence[BaseMessage]) -> bool:
 
 def entry_key(entry: Sequence[BaseMessage]) -> str:
     """What makes two window entries the same memory: the same calls (tool name and canonical arguments)
-    with the same results, or, for a note without tool calls, the same text. Equal results of different
-    calls (`add(2, 2)` and `add(1, 3)` both return 4) are different memories."""
+    with the same results, or, for a note without tool calls, the same text. A result answered from cache
+    is the result it repeats, so the call it repeats leaves the window and the answer from cache stays.
+    Equal results of different calls (`add(2, 2)` and `add(1, 3)` both return 4) are different memories."""
     head = entry[0]
     calls = head.tool_calls if isinstance(head, AIMessage) else []
-    results = [message.text for message in entry[1:]]
+    results = [message.text.removeprefix(CACHED_RESULT_PREFIX) for message in entry[1:]]
     # default=str: a hand-built message may hold arguments that are not JSON.
     identity = [[[call["name"], call["args"]] for call in calls], results] if calls or results else head.text
     text = json.dumps(identity, sort_keys=True, ensure_ascii=False, default=str)
@@ -71,7 +100,8 @@ def entry_key(entry: Sequence[BaseMessage]) -> str:
 
 
 def digest(entry: Sequence[BaseMessage], max_chars: int = 300) -> str:
-    """One line that keeps the gist of a window entry: the calls made and what they returned."""
+    """One line that keeps the gist of a window entry: the calls made and what they returned (of an error, its
+    first sentence)."""
     head, results = entry[0], entry[1:]
     if isinstance(head, AIMessage) and head.tool_calls:
         by_id: dict[str | None, ToolMessage] = {
@@ -81,7 +111,12 @@ def digest(entry: Sequence[BaseMessage], max_chars: int = 300) -> str:
         for call in head.tool_calls:
             result = by_id.get(call["id"])
             args = json.dumps(call["args"], ensure_ascii=False)
-            outcome = "no result" if result is None else " ".join(result.text.split())
+            if result is None:
+                outcome = "no result"
+            elif result.status == "error":  # what failed, without the advice the model already acted on
+                outcome = gist(result.text, FAILURE_GIST_CHARS)
+            else:
+                outcome = " ".join(result.text.split())
             parts.append(f"{call['name']}({args}) -> {outcome}")
         line = "; ".join(parts)
     else:

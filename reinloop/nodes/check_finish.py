@@ -13,6 +13,7 @@ the error streak first reaches `error_threshold`: the next decision is shown wha
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, cast
 
 from reinloop.breakers import BREAKERS
@@ -22,9 +23,7 @@ from reinloop.state import AgentState
 __all__ = ["REFLECTION_TEMPLATE", "check_finish"]
 
 REFLECTION_TEMPLATE = (
-    "Your last {count} attempts failed:\n{errors}\n"
-    "Do not repeat them. Take a different approach: another tool, other arguments, or your final answer "
-    "from what you already know."
+    "Your last {count} attempts failed:\n{errors}\nTry another tool, other arguments, or answer with what you know."
 )
 
 
@@ -41,9 +40,15 @@ def check_finish(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
     update = {**counted, "finish_reason": reason, "final_answer": None}
     if reason is None and _reflection_due(state, ctx):
         errors = state.get("consecutive_errors", 0)
-        lines = "\n".join(f"- {line}" for line in state.get("streak_errors") or [])
+        lines = _listed(state.get("streak_errors") or [])
         update.update(reflection=REFLECTION_TEMPLATE.format(count=errors, errors=lines), reflected_at=errors)
     return update
+
+
+def _listed(errors: list[str]) -> str:
+    """The streak's errors, one line each, an error that came more than once listed once with its count."""
+    counts = Counter(errors)
+    return "\n".join(f"- {line}" + (f" ({counts[line]} times)" if counts[line] > 1 else "") for line in counts)
 
 
 def _reflection_due(state: AgentState, ctx: AgentContext) -> bool:

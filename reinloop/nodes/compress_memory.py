@@ -6,10 +6,12 @@ in the long-term store.
 Window entries (a decision with its results, or a note) are kept or dropped whole, so a tool call never
 loses its result:
 1. LRU: an entry that repeats a newer one (the same calls with the same results, or the same note) is
-   dropped, and the newer one stays; the dropped repeat leaves its one-line digest in `pending`.
-2. Resolved failures: a decision whose every call failed, followed by a decision with a successful call,
-   leaves the window as its one-line digest (in `pending`): the model got past it, and the full error
-   text would be sent again with every later prompt.
+   dropped, and the newer one stays; the dropped repeat leaves no digest, since the newer copy says the
+   same (the repeat guards tell the model about repeats, and the newer copy leaves its own digest).
+2. Resolved failures: a decision whose every call failed, or an error note (an unreadable reply), followed
+   by a decision with a successful call, leaves the window with no digest: the model got past it, its
+   error text would be sent again with every later prompt, and the repeat guards keep their own record
+   of failed calls (`call_window`). An error note evicted later leaves no digest either.
 3. Entries beyond `memory_capacity`, oldest first, leave the window as one-line digests (`pending`), and so
    do more while the next prompt would exceed `context_token_budget`.
 4. Every `compress_every` digests, or at once when over budget, the digests are folded into a summary by
@@ -28,7 +30,7 @@ from reinloop.context import AgentContext
 from reinloop.memory.long_term import memory_namespace, remember
 from reinloop.memory.summary import summarize
 from reinloop.memory.usage import add_usage, call_usage
-from reinloop.memory.window import digest, entry_key, failed_calls, succeeded_calls, window_entries
+from reinloop.memory.window import digest, entry_key, failed, is_error_note, succeeded_calls, window_entries
 from reinloop.prompt import assemble, prompt_tokens
 from reinloop.state import NO_USAGE, AgentState
 
@@ -50,12 +52,12 @@ def compress_memory(
     entries = window_entries(state.get("messages", []))
     kept, dropped = _latest_of_each(entries)
     kept, resolved = _without_resolved_failures(kept)
-    dropped = [*dropped, *resolved]
     evicted = kept[: max(0, len(kept) - settings.memory_capacity)]
     kept = kept[len(evicted) :]
     # In window order, by identity: a repeat and its newer copy may be equal lists.
-    leaving_ids = {id(entry) for entry in (*dropped, *evicted)}
+    leaving_ids = {id(entry) for entry in evicted if not is_error_note(entry[0])}
     leaving = [entry for entry in entries if id(entry) in leaving_ids]
+    dropped = [*dropped, *resolved]
     pending = [*(state.get("pending") or []), *(digest(entry) for entry in leaving)]
     summaries = list(state.get("summaries") or [])
     tokens = _next_prompt_tokens(state, ctx, kept, summaries, pending)
@@ -106,9 +108,10 @@ def _latest_of_each(entries: list[list[BaseMessage]]) -> tuple[list[list[BaseMes
 def _without_resolved_failures(
     entries: list[list[BaseMessage]],
 ) -> tuple[list[list[BaseMessage]], list[list[BaseMessage]]]:
-    """Entries without the all-failed decisions that a later decision with a success followed, and those."""
+    """Entries without the failures (all-failed decisions, error notes) that a later decision with a success
+    followed, and those."""
     last_success = max((number for number, entry in enumerate(entries) if succeeded_calls(entry)), default=0)
-    resolved = [entry for entry in entries[:last_success] if failed_calls(entry)]
+    resolved = [entry for entry in entries[:last_success] if failed(entry)]
     resolved_ids = {id(entry) for entry in resolved}
     return [entry for entry in entries if id(entry) not in resolved_ids], resolved
 

@@ -17,19 +17,20 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import BaseMessage, ToolMessage
 
 from reinloop.context import AgentContext
 from reinloop.errors import InvariantError
+from reinloop.memory.window import error_note
 from reinloop.repeats import CACHED_RESULT_TEMPLATE, REFUSALS, advance_window, record
 from reinloop.state import AgentState, CallCheck, CallRecord, ErrorKind, ToolOutcome, runs
-from reinloop.text import truncate
+from reinloop.text import gist, truncate
 
 __all__ = ["PARSE_FAILED_TEMPLATE", "observe"]
 
-PARSE_FAILED_TEMPLATE = "Error: your last reply could not be read ({error}) and was discarded. Reply with {expected}."
-# One error of the streak, as the reflection turn lists it.
-STREAK_LINE_CHARS = 120
+PARSE_FAILED_TEMPLATE = "Error: your reply could not be read ({error}) and was discarded. Reply with {expected}."
+# One error of the streak, as the reflection turn lists it: the call and the error's first sentence.
+STREAK_LINE_CHARS = 100
 
 
 @dataclass
@@ -48,7 +49,7 @@ class _Streak:
 
     def error(self, what: str, text: str) -> None:
         self.errors += 1
-        line = truncate(f"{what}: {' '.join(text.split())}", STREAK_LINE_CHARS)
+        line = truncate(f"{what}: {gist(text, STREAK_LINE_CHARS)}", STREAK_LINE_CHARS)
         self.lines = [*self.lines, line][-self.keep :]
 
     def success(self) -> None:
@@ -64,7 +65,7 @@ def observe(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
     if decision["kind"] == "unparsable":
         note = PARSE_FAILED_TEMPLATE.format(error=decision["error"], expected=ctx.protocol.expected_format)
         streak.error("your reply", f"could not be read ({decision['error']})")
-        return {"messages": [HumanMessage(note)], **streak.update()}
+        return {"messages": [error_note(note)], **streak.update()}
     results = state.get("tool_results", [])
     outcomes = {outcome["call_id"]: outcome for outcome in results}
     messages: list[BaseMessage] = []

@@ -15,7 +15,9 @@ a call for which not even one is left is refused, so that the budget holds.
 
 from __future__ import annotations
 
+import difflib
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -31,6 +33,7 @@ from reinloop.tools.effects import call_key
 from reinloop.tools.registry import RegisteredTool
 
 __all__ = [
+    "CLOSE_TOOL_TEMPLATE",
     "INVALID_ARGS_TEMPLATE",
     "OVER_BUDGET_TEMPLATE",
     "PARSE_RETRY_TEMPLATE",
@@ -38,10 +41,12 @@ __all__ = [
     "validate_args",
 ]
 
-PARSE_RETRY_TEMPLATE = (
-    "Your previous reply could not be read: {error}.\nYour reply was:\n{raw}\nReply again with {expected}."
-)
+PARSE_RETRY_TEMPLATE = "Your reply could not be read ({error}):\n{raw}\nReply with {expected}."
 UNKNOWN_TOOL_TEMPLATE = "Error: {name!r} is not a valid tool. Call one of [{available}] instead."
+# The unknown name is close to one tool's (a suffix, a typo): that tool is named instead of listing them all.
+# Closeness is difflib's ratio; "calculator_tool" is 0.8 from "calculator".
+CLOSE_NAME_CUTOFF = 0.75
+CLOSE_TOOL_TEMPLATE = "Error: {name!r} is not a valid tool. Did you mean {match!r}?"
 INVALID_ARGS_TEMPLATE = "Error: invalid arguments for {name!r}: {problems}. Expected {signature}."
 OVER_BUDGET_TEMPLATE = (
     "Error: not run. This run has made all the {limit} tool calls it may make. Give your final answer with "
@@ -101,14 +106,23 @@ def _check_call(call: dict[str, Any], key: str, ctx: AgentContext) -> CallCheck:
     name, args, call_id = call["name"], call.get("args") or {}, call["id"]
     entry = ctx.registry.get(name)
     if entry is None:
-        available = ", ".join(ctx.registry.names)
-        error = UNKNOWN_TOOL_TEMPLATE.format(name=name, available=available)
+        error = _unknown_tool(name, ctx.registry.names)
         return _check(call_id, name, args, _signature(name, args), key, "unknown_tool", error)
     problems, canonical = _validate(entry, args)
     if problems:
         error = INVALID_ARGS_TEMPLATE.format(name=name, problems="; ".join(problems), signature=entry.signature)
         return _check(call_id, name, args, _signature(name, args), key, "invalid_args", error)
     return _check(call_id, name, args, _signature(name, canonical), key, None, None)
+
+
+def _unknown_tool(name: str, names: Sequence[str]) -> str:
+    # One tool whose name holds the unknown one or is held in it ("timer_tool", "calc"), else the closest.
+    match = [tool for tool in names if tool in name or name in tool]
+    if len(match) != 1:
+        match = difflib.get_close_matches(name, names, n=1, cutoff=CLOSE_NAME_CUTOFF)
+    if match and name:
+        return CLOSE_TOOL_TEMPLATE.format(name=name, match=match[0])
+    return UNKNOWN_TOOL_TEMPLATE.format(name=name, available=", ".join(names))
 
 
 def _check(
