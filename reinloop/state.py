@@ -3,16 +3,20 @@
 Everything here is checkpointed, so it stays small and plain: records are JSON-like TypedDicts (any
 checkpointer stores them without custom types, and nodes never mutate them), the window of recent messages
 is bounded by `compress_memory`, and counters (budgets) live here so that a resumed run keeps them.
+
+The TypedDicts are `typing_extensions.TypedDict`: LangGraph turns them into JSON schemas with pydantic
+(`get_output_jsonschema`, LangGraph Server), and pydantic refuses `typing.TypedDict` on Python < 3.12.
 """
 
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Any, Literal, NotRequired, TypedDict, get_args
+from typing import Annotated, Any, Literal, NotRequired, get_args
 
 from langchain_core.messages import AnyMessage
 from langgraph.graph.message import add_messages
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from typing_extensions import TypedDict
 
 from reinloop.errors import InputError
 from reinloop.storable import clean_text
