@@ -9,7 +9,8 @@ To add a finish reason:
 1. add its name to `FinishReason` in `reinloop/state.py` (`FINISH_REASONS` follows by `get_args`);
 2. add one `Breaker` to `BREAKERS` below, where its priority puts it. Its template may use the placeholders
    `circuit_break` fills: {iteration}, {tokens}, {budget}, {errors}, {threshold}, {last_error},
-   {max_repeats}, {loop_window}, {repeats_after_feedback}, {repeated}, {tool_attempts}, {max_tool_attempts}.
+   {max_repeats}, {loop_window}, {repeats_after_feedback}, {repeated}, {tool_attempts}, {max_tool_attempts},
+   {round_steps}.
 Nothing else changes: the router sends every reason but `answered` to `circuit_break`, and the CLI reads the
 exit code from here. Importing this module checks that the table and `FinishReason` agree.
 """
@@ -19,11 +20,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from reinloop.config import AgentConfig
+from reinloop.config import AgentConfig, round_steps
 from reinloop.errors import ConfigurationError
-from reinloop.state import FINISH_REASONS, NO_USAGE, AgentState, FinishReason
+from reinloop.state import FINISH_REASONS, NO_USAGE, AgentState, FinishReason, RunState
 
-__all__ = ["BREAKERS", "Breaker", "breaker", "tool_attempt_limit"]
+__all__ = ["BREAKERS", "Breaker", "breaker", "steps_to_stop", "tool_attempt_limit"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +33,7 @@ class Breaker:
 
     reason: FinishReason
     # Reads the state after check_finish counted the round (`iteration`, `iterations_left` already updated).
-    trips: Callable[[AgentState, AgentConfig], bool]
+    trips: Callable[[RunState, AgentConfig], bool]
     # The final message circuit_break writes; None for `answered`, whose final message is the answer.
     template: str | None
     exit_code: int  # the CLI's exit status (1 is a crash, 2 a usage error)
@@ -85,6 +86,20 @@ def _max_iterations(state: AgentState, settings: AgentConfig) -> bool:
     return left is not None and left <= 0
 
 
+def steps_to_stop(settings: AgentConfig) -> int:
+    """The `remaining_steps` check_finish needs to go on: one more full round, then a circuit break if that
+    round trips a breaker. `remaining_steps` counts the step that reads it, and LangGraph raises
+    GraphRecursionError after a step that had 0 left even if it was the last, hence the 2."""
+    return round_steps(settings.max_parse_retries) + 2
+
+
+def _step_limit(state: RunState, settings: AgentConfig) -> bool:
+    # The caller's recursion limit, not the agent's (batch, pipes and astream_events pass LangChain's default
+    # 25), would end the next round with GraphRecursionError: stop now, resumably, instead.
+    left = state.get("remaining_steps")
+    return left is not None and left < steps_to_stop(settings)
+
+
 BREAKERS: tuple[Breaker, ...] = (
     Breaker("answered", _answered, None, exit_code=0),
     Breaker(
@@ -118,6 +133,14 @@ BREAKERS: tuple[Breaker, ...] = (
         _max_iterations,
         "Stopped: no final answer after {iteration} rounds; the iteration budget is used up.",
         exit_code=3,
+    ),
+    Breaker(
+        "step_limit",
+        _step_limit,
+        "Stopped: no final answer after {iteration} rounds; the recursion_limit this run was invoked with leaves "
+        "too few LangGraph steps for another round (one takes up to {round_steps}). batch, pipes and "
+        "astream_events pass LangChain's default of 25: give a higher recursion_limit in the config, or none.",
+        exit_code=8,
     ),
 )
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from reinloop.errors import ConfigurationError
 
-__all__ = ["MAX_PARSE_RETRIES", "AgentConfig", "Durability", "ProtocolName"]
+__all__ = ["MAX_PARSE_RETRIES", "AgentConfig", "Durability", "ProtocolName", "round_steps"]
 
 # The built-in protocols, each a class in `reinloop.protocols.PROTOCOLS` (checked when that module loads).
 ProtocolName = Literal["tool_calling", "json"]
@@ -21,6 +21,12 @@ Durability = Literal["sync", "async", "exit"]
 # More immediate retries of an unparsable reply than this only burn tokens; the bound also bounds the graph
 # steps a round can take.
 MAX_PARSE_RETRIES = 5
+
+
+def round_steps(parse_retries: int) -> int:
+    """The most LangGraph steps one round takes with `parse_retries` parse retries: decide and validate_args
+    for the first try and every retry, then execute_tool, observe, compress_memory and check_finish."""
+    return 2 * (1 + parse_retries) + 4
 
 
 class AgentConfig(BaseModel):

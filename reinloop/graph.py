@@ -21,7 +21,8 @@ from functools import partial
 from typing import Any, Final, Literal, TypeAlias, get_args
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables import RunnableConfig, ensure_config
+from langchain_core.runnables.config import merge_configs
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
@@ -29,8 +30,9 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
 from langgraph.types import Command, RetryPolicy, Send
 
+from reinloop.breakers import steps_to_stop
 from reinloop.checkpoint import CONFIG_KEY_DURABILITY, check_checkpointer
-from reinloop.config import MAX_PARSE_RETRIES, AgentConfig
+from reinloop.config import MAX_PARSE_RETRIES, AgentConfig, round_steps
 from reinloop.context import AgentContext
 from reinloop.errors import ConfigurationError
 from reinloop.models import is_transient, resolve_model
@@ -45,13 +47,13 @@ from reinloop.nodes import (
 )
 from reinloop.prompt import assemble, prompt_tokens
 from reinloop.protocols import DecisionProtocol, get_protocol
-from reinloop.state import AgentInput, AgentState, read_input, runs
+from reinloop.state import AgentInput, AgentState, RunState, read_input, runs
 from reinloop.tools.registry import ToolRegistry
 
-_AgentGraph: TypeAlias = StateGraph[AgentState, None, Any, AgentState]
-CompiledAgent: TypeAlias = CompiledStateGraph[AgentState, None, Any, AgentState]
-"""What `build_agent` returns: a compiled LangGraph graph over `AgentState`, invoked with an `AgentInput` or
-its dict (``{"task": ...}``)."""
+_AgentGraph: TypeAlias = StateGraph[RunState, None, Any, AgentState]
+CompiledAgent: TypeAlias = CompiledStateGraph[RunState, None, Any, AgentState]
+"""What `build_agent` returns: a compiled LangGraph graph whose nodes see `RunState` and whose output and
+checkpoints are `AgentState`, invoked with an `AgentInput` or its dict (``{"task": ...}``)."""
 
 __all__ = [
     "CHECK_FINISH",
@@ -60,6 +62,7 @@ __all__ = [
     "DECIDE",
     "EXECUTE_TOOL",
     "OBSERVE",
+    "RECURSION_LIMIT_TEMPLATE",
     "VALIDATE_ARGS",
     "CompiledAgent",
     "NodeName",
@@ -81,16 +84,20 @@ COMPRESS_MEMORY: Final = "compress_memory"
 CHECK_FINISH: Final = "check_finish"
 CIRCUIT_BREAK: Final = "circuit_break"
 
-# The most LangGraph steps one round can take: decide and validate_args for the first try and every parse
-# retry, then execute_tool, observe, compress_memory, check_finish. Sizes the recursion limit, so that the
-# agent's own guards, not LangGraph's recursion error, end every run.
-MAX_STEPS_PER_ROUND = 2 * (1 + MAX_PARSE_RETRIES) + 4
+# The most LangGraph steps one round can take, whatever the settings (`round_steps`). Sizes the agent's
+# default recursion limit, so that max_iterations, not step_limit, ends a run invoked without its own limit.
+MAX_STEPS_PER_ROUND = round_steps(MAX_PARSE_RETRIES)
 
 
 def recursion_limit(rounds: int) -> int:
     """A LangGraph recursion limit that lets `rounds` rounds (plus a circuit break) run to the end."""
     return (rounds + 1) * MAX_STEPS_PER_ROUND
 
+
+RECURSION_LIMIT_TEMPLATE = (
+    "recursion_limit={limit} cannot hold one round of this agent and a circuit break ({steps} LangGraph steps): "
+    "invoke it with a recursion_limit of at least {steps}, or none to use the agent's own"
+)
 
 AfterValidateArgs = Literal["decide", "execute_tool", "observe", "check_finish"]
 AfterCheckFinish = Literal["decide", "circuit_break", "__end__"]
@@ -162,7 +169,7 @@ def build_agent(
         retry_on=is_transient,
     )
     graph = _diagram(lambda node: partial(node, ctx=ctx), model_retry)
-    compiled = _Agent.of(graph.compile(checkpointer=checkpointer, store=store, name=name))
+    compiled = _Agent.of(graph.compile(checkpointer=checkpointer, store=store, name=name), steps_to_stop(config))
     compiled = compiled.with_config(recursion_limit=recursion_limit(config.max_iterations))
     if checkpointer is None:
         # LangGraph has nothing to make durable (and fails on a durability without a checkpointer).
@@ -185,7 +192,7 @@ def agent_topology(checkpointer: BaseCheckpointSaver[Any] | None = None, *, name
 
 def _diagram(bind: Callable[[Callable[..., Any]], Any], model_retry: RetryPolicy | None) -> _AgentGraph:
     """The nodes and edges of the diagram above, each node's function given by `bind`."""
-    graph = StateGraph(AgentState, input_schema=AgentInput)
+    graph = StateGraph(RunState, input_schema=AgentInput, output_schema=AgentState)
     graph.add_node(DECIDE, bind(decide), retry_policy=model_retry)
     graph.add_node(VALIDATE_ARGS, bind(validate_args))
     graph.add_node(EXECUTE_TOOL, bind(execute_tool))
@@ -210,25 +217,41 @@ def _cannot_run(node: str, *args: Any, **kwargs: Any) -> Any:
                              "build the agent with build_agent()")  # fmt: skip
 
 
-class _Agent(CompiledStateGraph[AgentState, None, Any, AgentState]):
-    """The compiled agent: LangGraph's graph, with its input checked before LangGraph saves it.
+class _Agent(CompiledStateGraph[RunState, None, Any, AgentState]):
+    """The compiled agent: LangGraph's graph, with its input and recursion limit checked before LangGraph
+    saves anything.
 
     LangGraph neither validates a graph's input against its input schema nor waits for the first node to
     save it, so a bad task would be saved and leave the thread stuck at decide. Every way to run the graph
     (invoke, batch, stream, events, async, as a subgraph, LangGraph Server) goes through `stream` or
     `astream`: the input is checked there (`read_input`); None (continue a thread) and Commands pass as is.
+    So is the recursion limit the run gets: step_limit ends a run gracefully at the end of a round, so the
+    limit must hold at least one round and a circuit break (`first_steps`: a fresh run's first node has
+    recursion_limit - 1 steps left, so it is `steps_to_stop`).
     """
 
+    def __init__(self, *, first_steps: int, **graph: Any) -> None:
+        super().__init__(**graph)
+        self.first_steps = first_steps
+
     @classmethod
-    def of(cls, graph: CompiledAgent) -> _Agent:
-        # As LangGraph's own `copy` rebuilds a compiled graph (and `with_config` keeps this class).
-        return cls(**{key: value for key, value in graph.__dict__.items() if key != "__orig_class__"})
+    def of(cls, graph: CompiledAgent, first_steps: int) -> _Agent:
+        # As LangGraph's own `copy` rebuilds a compiled graph (and `with_config` keeps this class and
+        # `first_steps`, which is in __dict__).
+        attrs = {key: value for key, value in graph.__dict__.items() if key != "__orig_class__"}
+        return cls(first_steps=first_steps, **attrs)
 
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[Any]:
-        return super().stream(_checked(input), config, **kwargs)
+        return super().stream(_checked(input), self._holds_a_round(config), **kwargs)
 
     def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AsyncIterator[Any]:
-        return super().astream(_checked(input), config, **kwargs)
+        return super().astream(_checked(input), self._holds_a_round(config), **kwargs)
+
+    def _holds_a_round(self, config: RunnableConfig | None) -> RunnableConfig | None:
+        limit = ensure_config(merge_configs(self.config, config))["recursion_limit"]
+        if limit < self.first_steps:
+            raise ConfigurationError(RECURSION_LIMIT_TEMPLATE.format(limit=limit, steps=self.first_steps))
+        return config
 
 
 def _checked(input: Any) -> Any:

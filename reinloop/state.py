@@ -3,16 +3,21 @@
 Everything here is checkpointed, so it stays small and plain: records are JSON-like TypedDicts (any
 checkpointer stores them without custom types, and nodes never mutate them), the window of recent messages
 is bounded by `compress_memory`, and counters (budgets) live here so that a resumed run keeps them.
+
+The TypedDicts are `typing_extensions.TypedDict`: LangGraph turns them into JSON schemas with pydantic
+(`get_output_jsonschema`, LangGraph Server), and pydantic refuses `typing.TypedDict` on Python < 3.12.
 """
 
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Any, Literal, NotRequired, TypedDict, get_args
+from typing import Annotated, Any, Literal, NotRequired, get_args
 
 from langchain_core.messages import AnyMessage
 from langgraph.graph.message import add_messages
+from langgraph.managed import RemainingSteps
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from typing_extensions import TypedDict
 
 from reinloop.errors import InputError
 from reinloop.storable import clean_text
@@ -33,6 +38,7 @@ __all__ = [
     "ErrorKind",
     "FinishReason",
     "InDoubtCall",
+    "RunState",
     "TokenUsage",
     "ToolOutcome",
     "act",
@@ -44,7 +50,9 @@ __all__ = [
 
 # Why a run ended. Each reason is one entry in `reinloop.breakers.BREAKERS` (its predicate, priority,
 # final message and exit code); importing that module checks the two agree.
-FinishReason = Literal["answered", "max_iterations", "error_streak", "dead_loop", "token_budget", "max_tool_attempts"]
+FinishReason = Literal[
+    "answered", "max_iterations", "error_streak", "dead_loop", "token_budget", "max_tool_attempts", "step_limit"
+]
 FINISH_REASONS: tuple[FinishReason, ...] = get_args(FinishReason)
 
 # Every model-fixable mistake, as recorded in state and reported to the model.
@@ -274,3 +282,12 @@ class AgentState(TypedDict, total=False):
     usage: TokenUsage
     # The latest model call's tokens; written by decide and compress_memory.
     last_call: CallUsage
+
+
+class RunState(AgentState, total=False):
+    """What the nodes see: the checkpointed state, and what LangGraph computes for the running step. The graph's
+    state schema; its output schema is `AgentState`, since nothing here is saved or returned."""
+
+    # LangGraph steps left under the recursion limit this invocation runs with (a managed value, computed
+    # for each step); check_finish reads it (step_limit).
+    remaining_steps: RemainingSteps

@@ -20,6 +20,7 @@ def test_the_table_has_one_entry_per_finish_reason_in_the_documented_priority():
         "token_budget",
         "max_tool_attempts",
         "max_iterations",
+        "step_limit",
     ]
 
 
@@ -31,6 +32,7 @@ def test_the_cli_exit_codes_come_from_the_table():
         "dead_loop": 5,
         "token_budget": 6,
         "max_tool_attempts": 7,
+        "step_limit": 8,
     }
     assert all(EXIT_CODES[entry.reason] == entry.exit_code for entry in BREAKERS)
 
@@ -48,9 +50,12 @@ def test_check_finish_picks_the_first_entry_that_trips():
         "tool_attempts": 10,
         "iteration": 4,
         "iterations_left": 1,
+        # a round takes up to 8 steps with max_parse_retries=1, the break 1, and the last step needs 1 left
+        "remaining_steps": 4,
     }
-    ctx = make_context(error_threshold=3, run_token_budget=100, max_tool_attempts=10)
+    ctx = make_context(error_threshold=3, run_token_budget=100, max_tool_attempts=10, max_parse_retries=1)
     under_budget = {**everything["usage"], "total_tokens": 99}
+    quiet = {"checks": [], "consecutive_errors": 0, "usage": under_budget, "tool_attempts": 9, "iterations_left": 2}
     cases = [
         ({"decision": answer("42")}, "answered"),
         ({}, "dead_loop"),
@@ -58,10 +63,9 @@ def test_check_finish_picks_the_first_entry_that_trips():
         ({"checks": [], "consecutive_errors": 0}, "token_budget"),
         ({"checks": [], "consecutive_errors": 0, "usage": under_budget}, "max_tool_attempts"),
         ({"checks": [], "consecutive_errors": 0, "usage": under_budget, "tool_attempts": 9}, "max_iterations"),
-        (
-            {"checks": [], "consecutive_errors": 0, "usage": under_budget, "tool_attempts": 9, "iterations_left": 2},
-            None,
-        ),
+        ({**quiet, "remaining_steps": 9}, "step_limit"),
+        ({**quiet, "remaining_steps": 10}, None),
+        ({**quiet, "remaining_steps": None}, None),  # not run by LangGraph: no step limit to keep
     ]
     for changes, reason in cases:
         assert check_finish({**everything, **changes}, ctx)["finish_reason"] == reason
@@ -102,11 +106,17 @@ STATE = {
             "max_tool_attempts",
             "Stopped: the run made 12 tool calls, retries included, in 4 rounds (the limit is 12).",
         ),
+        (
+            "step_limit",
+            "Stopped: no final answer after 4 rounds; the recursion_limit this run was invoked with leaves too few "
+            "LangGraph steps for another round (one takes up to 8). batch, pipes and astream_events pass LangChain's "
+            "default of 25: give a higher recursion_limit in the config, or none.",
+        ),
     ],
-    ids=["max-iterations", "error-streak", "dead-loop", "token-budget", "max-tool-attempts"],
+    ids=["max-iterations", "error-streak", "dead-loop", "token-budget", "max-tool-attempts", "step-limit"],
 )
 def test_circuit_break_writes_the_entry_s_template(reason, text):
-    ctx = make_context(run_token_budget=500, max_tool_attempts=12)
+    ctx = make_context(run_token_budget=500, max_tool_attempts=12, max_parse_retries=1)
     (message,) = circuit_break({**STATE, "finish_reason": reason}, ctx)["messages"]
     assert message.content.startswith(text + " The state is saved")
     assert breaker(reason).template is not None

@@ -4,8 +4,8 @@ run the fault-injection benchmark (`reinloop eval`).
 Runs are saved in a SQLite file in the user's data folder (`--db` or REINLOOP_DB to change it: a file path
 or a ``postgresql://`` URL), so any run can be resumed or inspected later by its thread id. Exit codes: one
 per finish reason, from `reinloop.breakers.BREAKERS` (0 answered, 3 max_iterations, 4 error_streak,
-5 dead_loop, 6 token_budget, 7 max_tool_attempts); 2 for a usage or set-up problem (one line, no traceback,
-saved state untouched), 1 for an unexpected failure.
+5 dead_loop, 6 token_budget, 7 max_tool_attempts, 8 step_limit); 2 for a usage or set-up problem (one line,
+no traceback, saved state untouched), 1 for an unexpected failure.
 
 `parser` reads the command line, `commands` does each command, `display` prints what they return; text
 from models and tools is printed as text, never read as rich markup.

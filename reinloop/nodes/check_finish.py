@@ -1,14 +1,16 @@
 """check_finish: count the round and decide whether the run goes on.
 
 Reads `iteration` and `iterations_left`, what the breakers' predicates read (`reinloop.breakers`):
-`decision`, `checks`, `consecutive_errors`, `reflected_at`, `usage`, `tool_attempts` and `streak_errors`.
-Writes `iteration`, `iterations_left` (left as it was when answered), `finish_reason` and `final_answer`
-(None unless answered), and, for a reflection turn, `reflection` and `reflected_at`. Outcomes: the first
-entry of `BREAKERS` that trips, in table order: answered; dead_loop (a call the model kept repeating after it
-was answered from cache or refused was refused this round, before it ran); error_streak (the errors
-continued after the reflection turn); token_budget (`usage` reached `run_token_budget`); max_tool_attempts
-(`tool_attempts` reached it); max_iterations; or go on (`finish_reason` None), with a reflection turn when
-the error streak first reaches `error_threshold`: the next decision is shown what failed.
+`decision`, `checks`, `consecutive_errors`, `reflected_at`, `usage`, `tool_attempts`, `streak_errors` and
+LangGraph's `remaining_steps`. Writes `iteration`, `iterations_left` (left as it was when answered),
+`finish_reason` and `final_answer` (None unless answered), and, for a reflection turn, `reflection` and
+`reflected_at`. Outcomes: the first entry of `BREAKERS` that trips, in table order: answered; dead_loop (a
+call the model kept repeating after it was answered from cache or refused was refused this round, before it
+ran); error_streak (the errors continued after the reflection turn); token_budget (`usage` reached
+`run_token_budget`); max_tool_attempts (`tool_attempts` reached it); max_iterations; step_limit (the steps
+left under this invocation's recursion limit cannot hold another round and a circuit break); or go on
+(`finish_reason` None), with a reflection turn when the error streak first reaches `error_threshold`: the
+next decision is shown what failed.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any, cast
 
 from reinloop.breakers import BREAKERS
 from reinloop.context import AgentContext
-from reinloop.state import AgentState
+from reinloop.state import AgentState, RunState
 
 __all__ = ["REFLECTION_TEMPLATE", "check_finish"]
 
@@ -27,13 +29,13 @@ REFLECTION_TEMPLATE = (
 )
 
 
-def check_finish(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
+def check_finish(state: RunState, ctx: AgentContext) -> dict[str, Any]:
     left = state.get("iterations_left")
     counted: dict[str, Any] = {
         "iteration": state.get("iteration", 0) + 1,
         "iterations_left": (ctx.settings.max_iterations if left is None else left) - 1,
     }
-    after = cast(AgentState, {**state, **counted})
+    after = cast(RunState, {**state, **counted})
     reason = next((entry.reason for entry in BREAKERS if entry.trips(after, ctx.settings)), None)
     if reason == "answered":
         return {"iteration": counted["iteration"], "final_answer": state["decision"]["answer"], "finish_reason": reason}

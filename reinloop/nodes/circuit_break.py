@@ -13,6 +13,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, ToolMessage
 
 from reinloop.breakers import breaker, tool_attempt_limit
+from reinloop.config import round_steps
 from reinloop.context import AgentContext
 from reinloop.errors import InvariantError
 from reinloop.state import NO_USAGE, AgentState
@@ -45,6 +46,7 @@ def circuit_break(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
         tool_attempts=state.get("tool_attempts", 0),
         max_tool_attempts=tool_attempt_limit(state, ctx.settings),
         repeats_after_feedback=ctx.settings.repeats_after_feedback,
+        round_steps=round_steps(ctx.settings.max_parse_retries),
         repeated=", ".join(
             check["signature"] for check in state.get("checks", []) if check["error_kind"] == "repeat_after_feedback"
         ),
