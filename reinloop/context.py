@@ -9,11 +9,16 @@ from langchain_core.messages import BaseMessage
 from langchain_core.runnables import Runnable
 
 from reinloop.config import AgentConfig
+from reinloop.errors import ConfigurationError
 from reinloop.memory.tokens import TokenCounter
 from reinloop.protocols import DecisionProtocol
+from reinloop.state import AgentState
+from reinloop.tools.injection import check_state_fields, state_keys
 from reinloop.tools.registry import ToolRegistry
 
 __all__ = ["AgentContext"]
+
+AGENT_STATE_KEYS = state_keys(AgentState)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +33,8 @@ class AgentContext:
     summarizer: Runnable[Any, BaseMessage] | None  # folds window entries into summaries; None: extractive only
     counter: TokenCounter  # the model's tokenizer, offline
     tool_tokens: int  # what the tool schemas the protocol sends beside the messages cost
+    state_keys: frozenset[str] = AGENT_STATE_KEYS  # the state's keys: what InjectedState and ToolRuntime.state read
+    tool_keys: frozenset[str] = frozenset()  # the state_schema's own keys, which tools may write with a Command
 
     @classmethod
     def create(
@@ -37,10 +44,21 @@ class AgentContext:
         protocol: DecisionProtocol,
         chat_model: Any,
         summarizer: Any = None,
+        state_schema: type[Any] = AgentState,
     ) -> AgentContext:
         instructions = protocol.instructions(registry)
         system_prompt = "\n\n".join(part for part in (settings.system_prompt, instructions) if part) or None
         counter = TokenCounter(getattr(chat_model, "model_name", None) or getattr(chat_model, "model", None))
         tool_tokens = counter.tools(protocol.tool_schemas(registry))
         bound = protocol.bind(chat_model, registry)
-        return cls(settings, registry, protocol, bound, system_prompt, summarizer, counter, tool_tokens)
+        keys = state_keys(state_schema)
+        if not keys >= AGENT_STATE_KEYS:
+            raise ConfigurationError(
+                f"state_schema {state_schema!r} must extend AgentState (class MyState(AgentState): ...); it lacks "
+                f"{', '.join(sorted(AGENT_STATE_KEYS - keys))}"
+            )
+        check_state_fields(((entry.name, entry.injection) for entry in registry), keys)
+        tool_keys = keys - AGENT_STATE_KEYS
+        return cls(
+            settings, registry, protocol, bound, system_prompt, summarizer, counter, tool_tokens, keys, tool_keys
+        )

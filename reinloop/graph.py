@@ -47,7 +47,7 @@ from reinloop.nodes import (
 )
 from reinloop.prompt import assemble, prompt_tokens
 from reinloop.protocols import DecisionProtocol, get_protocol
-from reinloop.state import AgentInput, AgentState, RunState, read_input, runs
+from reinloop.state import AgentInput, AgentState, RunState, read_input, run_state, runs
 from reinloop.tools.registry import ToolRegistry
 
 _AgentGraph: TypeAlias = StateGraph[RunState, None, Any, AgentState]
@@ -142,6 +142,7 @@ def build_agent(
     protocol: DecisionProtocol | None = None,
     summary_model: BaseChatModel | str | None = None,
     name: str = "reinloop",
+    state_schema: type[Any] = AgentState,
 ) -> CompiledAgent:
     """The agent loop as a compiled LangGraph graph. Invoke it with ``{"task": "..."}``.
 
@@ -152,7 +153,9 @@ def build_agent(
     `name` must be that name (else `ConfigurationError`); leave it unset for a protocol with a new name.
     Give a `checkpointer` to save every step (resume needs one), and a `store` with a semantic index (see
     `reinloop.memory.memory_store`) for long-term memory. Summaries of folded window entries are written by
-    `summary_model`, by default the agent's model.
+    `summary_model`, by default the agent's model. `state_schema` extends `AgentState` with keys of your own
+    (``class MyState(AgentState): cart: list[str]``), which tools read through `InjectedState` or
+    `ToolRuntime.state` and write by returning ``Command(update=...)`` (`reinloop.tools.commands`).
     """
     if config is None:
         config = AgentConfig()
@@ -161,14 +164,14 @@ def build_agent(
     registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
     chat_model = resolve_model(model)
     summarizer = resolve_model(summary_model) if summary_model is not None else chat_model
-    ctx = _context(chat_model, registry, config, get_protocol(config, protocol), summarizer)
+    ctx = _context(chat_model, registry, config, get_protocol(config, protocol), summarizer, state_schema)
 
     model_retry = RetryPolicy(
         initial_interval=config.model_retry_backoff_s,
         max_attempts=config.model_max_attempts,
         retry_on=is_transient,
     )
-    graph = _diagram(lambda node: partial(node, ctx=ctx), model_retry)
+    graph = _diagram(lambda node: partial(node, ctx=ctx), model_retry, state_schema)
     compiled = _Agent.of(graph.compile(checkpointer=checkpointer, store=store, name=name), steps_to_stop(config))
     compiled = compiled.with_config(recursion_limit=recursion_limit(config.max_iterations))
     if checkpointer is None:
@@ -190,9 +193,11 @@ def agent_topology(checkpointer: BaseCheckpointSaver[Any] | None = None, *, name
     )
 
 
-def _diagram(bind: Callable[[Callable[..., Any]], Any], model_retry: RetryPolicy | None) -> _AgentGraph:
+def _diagram(
+    bind: Callable[[Callable[..., Any]], Any], model_retry: RetryPolicy | None, state_schema: type[Any] = AgentState
+) -> _AgentGraph:
     """The nodes and edges of the diagram above, each node's function given by `bind`."""
-    graph = StateGraph(RunState, input_schema=AgentInput, output_schema=AgentState)
+    graph: _AgentGraph = StateGraph(run_state(state_schema), input_schema=AgentInput, output_schema=state_schema)
     graph.add_node(DECIDE, bind(decide), retry_policy=model_retry)
     graph.add_node(VALIDATE_ARGS, bind(validate_args))
     graph.add_node(EXECUTE_TOOL, bind(execute_tool))
@@ -264,9 +269,10 @@ def _context(
     config: AgentConfig,
     protocol: DecisionProtocol,
     summarizer: BaseChatModel,
+    state_schema: type[Any],
 ) -> AgentContext:
     try:
-        ctx = AgentContext.create(config, registry, protocol, chat_model, summarizer)
+        ctx = AgentContext.create(config, registry, protocol, chat_model, summarizer, state_schema)
     except NotImplementedError:
         raise ConfigurationError(
             f"{type(chat_model).__name__} does not support native tool calling (bind_tools); "

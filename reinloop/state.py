@@ -44,6 +44,7 @@ __all__ = [
     "act",
     "answer",
     "read_input",
+    "run_state",
     "runs",
     "unparsable",
 ]
@@ -291,3 +292,16 @@ class RunState(AgentState, total=False):
     # LangGraph steps left under the recursion limit this invocation runs with (a managed value, computed
     # for each step); check_finish reads it (step_limit).
     remaining_steps: RemainingSteps
+
+
+def run_state(schema: type[Any]) -> type[Any]:
+    """The graph's state schema for `schema` (`AgentState`, or a TypedDict extending it with keys of your own):
+    `schema` with `remaining_steps`, as `RunState` is `AgentState` with it."""
+    if schema is AgentState:
+        return RunState
+
+    class _RunState(schema, total=False):  # type: ignore[misc,call-arg]
+        remaining_steps: RemainingSteps
+
+    _RunState.__name__ = _RunState.__qualname__ = f"{schema.__name__}Run"
+    return _RunState

@@ -19,7 +19,8 @@ import pytest
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool, ToolException, tool
 from langgraph.errors import GraphInterrupt
-from pydantic import BaseModel, Field
+from langgraph.types import Command
+from pydantic import BaseModel, Field, ValidationError
 
 from reinloop import AgentConfig, ConfigurationError, build_agent, idempotency_key
 from reinloop.nodes import execute_tool
@@ -36,6 +37,7 @@ from reinloop.tools import (
     result_text,
     to_observation,
 )
+from reinloop.tools.execution import COMMAND_IN_PROCESS
 from tests.conftest import make_context, new_thread
 
 TEN_MB = 10_000_000
@@ -99,7 +101,7 @@ class Sums(BaseTool):
 
 
 class ProducesInput(BaseModel):
-    kind: Literal["10MB", "10MB-error", "10**5000", "unprintable", "surrogates"]
+    kind: Literal["10MB", "10MB-error", "10**5000", "unprintable", "surrogates", "command"]
 
 
 class Produces(BaseTool):
@@ -116,6 +118,8 @@ class Produces(BaseTool):
             return 10**5000
         if kind == "unprintable":
             return Unprintable()
+        if kind == "command":
+            return Command(update={"messages": [ToolMessage("answered", tool_call_id="c1")]})
         return "bad \ud83d and \x00 text"
 
 
@@ -238,6 +242,16 @@ def test_describe_error(exc, text):
     assert describe_error(exc) == text
 
 
+def test_describe_error_never_repeats_what_failed_validation():
+    # A tool's pydantic schema sees its injected arguments too (the agent's state, the run's context).
+    with pytest.raises(ValidationError) as caught:
+        SumsInput.model_validate({"n": "the password is hunter2"})
+    assert (
+        describe_error(caught.value)
+        == "ValidationError: n: Input should be a valid integer, unable to parse string as an integer"
+    )
+
+
 def test_call_with_timeout_refuses_a_result_that_arrives_after_the_deadline():
     # The regex takes the GIL as soon as its thread starts, so the caller cannot even begin to wait until it
     # is done, about 0.5 s later; the result is there by then, and late.
@@ -292,6 +306,16 @@ def test_a_ten_megabyte_exception_message_is_cut_too(isolation):
 def test_tool_output_is_made_storable(isolation):
     outcome = run(isolation, Produces(), {"kind": "surrogates"})
     assert outcome["content"] == "bad \ufffd and \ufffd text"
+
+
+@pytest.mark.parametrize(
+    ("isolation", "error_kind", "content"),
+    [("thread", None, "answered"), ("process", "tool_error", COMMAND_IN_PROCESS)],
+    ids=["thread", "process"],
+)
+def test_a_command_is_judged_in_the_agents_process_and_refused_from_a_worker(isolation, error_kind, content):
+    outcome = run(isolation, Produces(), {"kind": "command"})
+    assert outcome["error_kind"] == error_kind and content in outcome["content"]
 
 
 def test_a_result_the_gil_delayed_past_the_deadline_is_a_timeout():

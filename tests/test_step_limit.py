@@ -151,7 +151,7 @@ def test_remaining_steps_is_never_saved_nor_returned_nor_in_the_output_schema(sa
 def test_a_thread_saved_before_step_limit_existed_resumes_and_keeps_to_the_caller_limit(saver, monkeypatch):
     # The graph as it was: AgentState for state and output, no managed value.
     with monkeypatch.context() as old_code:
-        old_code.setattr(graph_module, "RunState", AgentState)
+        old_code.setattr(graph_module, "run_state", lambda schema: AgentState)
         old = build_agent(
             ScriptedChatModel(replies=[tool_call("add", {"a": n, "b": 1}) for n in range(3)]),
             [add],
@@ -168,3 +168,19 @@ def test_a_thread_saved_before_step_limit_existed_resumes_and_keeps_to_the_calle
     assert (broken["finish_reason"], broken["iteration"]) == ("step_limit", 6)
     result = resume(agent, THREAD)
     assert (result["finish_reason"], result["final_answer"], result["iteration"]) == ("answered", "done", 8)
+
+
+class NotesState(AgentState, total=False):
+    notes: list[str]
+
+
+def test_an_agent_with_its_own_state_schema_also_ends_at_the_step_limit_and_returns_its_keys():
+    replies = [tool_call("add", {"a": n, "b": 1}) for n in range(5)] + [AIMessage("done")]
+    model = ScriptedChatModel(replies=replies)
+    agent = build_agent(model, [add], checkpointer=InMemorySaver(), state_schema=NotesState)
+    assert "remaining_steps" in agent.builder.managed
+    assert "notes" in agent.get_output_jsonschema()["properties"]
+    assert "remaining_steps" not in agent.get_output_jsonschema()["properties"]
+    broken = agent.invoke({"task": "t"}, {**THREAD, "recursion_limit": 25})
+    assert broken["finish_reason"] == "step_limit" and "remaining_steps" not in broken
+    assert resume(agent, THREAD)["final_answer"] == "done"

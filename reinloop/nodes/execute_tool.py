@@ -2,7 +2,8 @@
 
 Runs once per valid call (a LangGraph `Send` task each), so every finished call is checkpointed on its own
 and a resumed thread never re-runs it. Reads the `CallCheck` it is sent. Writes one `ToolOutcome` to
-`tool_results`, with the number of attempts made. Outcomes: a result, or an error observation for an
+`tool_results`, with the number of attempts made, and the state keys of a tool's accepted Command (below).
+Outcomes: a result, or an error observation for an
 exception (`sys.exit()` and a crashed worker process included), a result that cannot be shown as text, a
 timeout, or an empty result (pseudo-success). Nothing else leaves the node: LangGraph control flow
 (interrupts) passes through untouched, as does an interrupt of the caller's own thread (Ctrl-C).
@@ -14,6 +15,14 @@ model call, decision or error is counted for the retries.
 
 What the tool produced (its result, or the message of what it raised) is cut to `observation_max_chars`
 here, where it is stored: the checkpoint holds what the model will see, never a tool's whole 10 MB.
+
+A tool may take arguments the model does not see: `ToolRuntime`, `InjectedState`, `InjectedToolCallId` and
+`InjectedStore` are filled in here, as LangGraph's ToolNode fills them (`reinloop.tools.injection`); they are
+never saved. A tool may return a `Command(update=...)`: its ToolMessage answering the call is the
+observation, and it may write the keys of the agent's own `state_schema` that `AgentState` does not have,
+which are written with the outcome; a Command that writes anything else (reinloop's counters, budgets,
+window, memory, other messages) or steers the graph (`goto`, `graph`, `resume`) is refused as a whole with
+a `tool_error` observation (`reinloop.tools.commands`).
 
 The tool gets the call's idempotency key in its config (`reinloop.tools.idempotency_key()`), so a call
 re-run after a crash can find its earlier effect. A tool declared not idempotent is not re-run at all (nor
@@ -32,8 +41,10 @@ from reinloop.context import AgentContext
 from reinloop.state import CallCheck, ErrorKind, InDoubtCall, ToolOutcome
 from reinloop.storable import clean_text
 from reinloop.text import truncate
+from reinloop.tools.commands import settle_command
 from reinloop.tools.effects import IDEMPOTENCY_KEY
 from reinloop.tools.execution import ToolRun
+from reinloop.tools.injection import inject
 from reinloop.tools.retry import Backoff, run_with_retries
 
 __all__ = [
@@ -75,9 +86,23 @@ def execute_tool(check: CallCheck, ctx: AgentContext, config: RunnableConfig) ->
     backoff = Backoff(settings.tool_backoff_s, settings.tool_backoff_max_s)
     # A check saved by a version without attempts runs once.
     attempts = check.get("attempts", 1)
-    run, made = run_with_retries(entry, check["args"], timeout, config, attempts=attempts, backoff=backoff)
+    args = _call_args(check, ctx, config)
+    run, made = run_with_retries(entry, args, timeout, config, attempts=attempts, backoff=backoff)
+    written: dict[str, Any] = {}
+    if run.command is not None:
+        run, written = settle_command(run.command, check["call_id"], ctx.tool_keys, entry.check_result)
     content = _content(run, name, timeout, made, settings.observation_max_chars)
-    return _outcome(check, content, run.error_kind, attempts=made)
+    return {**_outcome(check, content, run.error_kind, attempts=made), **written}
+
+
+def _call_args(check: CallCheck, ctx: AgentContext, config: RunnableConfig) -> dict[str, Any]:
+    """The model's arguments, or for a tool with injected arguments the ToolCall that carries them too."""
+    entry = ctx.registry[check["name"]]
+    if not entry.injection.needed:
+        return check["args"]
+    return inject(
+        entry.tool, entry.injection, check["args"], check["call_id"], config, ctx.state_keys, ctx.registry.tools
+    )
 
 
 def _content(run: ToolRun, name: str, timeout: float, attempts: int, max_chars: int) -> str:

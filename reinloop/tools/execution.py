@@ -7,7 +7,9 @@ is killed at the deadline, and nothing it does reaches the agent's process but t
 Whatever happens inside a call (a result, an empty result, an exception, `sys.exit()`, a crash, a result
 without a text form, a timeout) comes back as a `ToolRun`: an error kind and plain text, decided where the
 tool ran, so the raw value never crosses a process boundary and nothing is re-raised in the agent. Only
-LangGraph control flow (`GraphBubbleUp`) and an interrupt of the caller's own thread pass through.
+LangGraph control flow (`GraphBubbleUp`) and an interrupt of the caller's own thread pass through. The one
+raw value kept is a LangGraph `Command` returned in a thread, which execute_tool judges; a worker process
+reports one as an error.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.errors import GraphBubbleUp
+from langgraph.types import Command
 from pebble import ProcessExpired, ProcessPool
 
 from reinloop.state import ErrorKind
@@ -67,6 +70,11 @@ POOL_WORKERS = 2
 WORKER_WAIT_S = 30.0
 # The parts of a call's config that a worker process gets (plain strings; callbacks cannot cross).
 PORTABLE_KEYS = ("thread_id", IDEMPOTENCY_KEY)
+# The error of a process-isolated tool that returned a Command: its update could carry anything back.
+COMMAND_IN_PROCESS = (
+    "it returned a LangGraph Command, which a tool with isolation='process' may not: return a result, or run "
+    "the tool with isolation='thread'"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +85,9 @@ class ToolRun:
 
     error_kind: ErrorKind | None
     text: str
+    # A LangGraph Command the tool returned (`text` empty): execute_tool decides what of it applies
+    # (`reinloop.tools.commands`). Only from a call in a thread: a worker process never sends one back.
+    command: Command[Any] | None = None
 
 
 class ToolTimeoutError(TimeoutError):
@@ -113,6 +124,8 @@ def _settle(tool: BaseTool, args: dict[str, Any], check: ResultCheck, config: Ru
     """
     try:
         value = invoke_tool(tool, args, config)
+        if isinstance(value, Command):
+            return ToolRun(None, "", command=value)
         if reason := check(value):
             return ToolRun("empty_result", reason)
         return ToolRun(None, result_text(value))
@@ -223,6 +236,8 @@ def _run_in_worker(
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     started_at = time.monotonic()
     run = _settle(tool, args, check, config)
+    if run.command is not None:
+        run = ToolRun("tool_error", COMMAND_IN_PROCESS)
     # pebble looks at deadlines every 0.1 s: a call that finished after its deadline, before the kill, is
     # a timeout all the same.
     return ToolRun("timeout", "") if time.monotonic() - started_at > timeout_s else run

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from reinloop.errors import ConfigurationError
 from reinloop.tools.execution import ISOLATIONS, Isolation
+from reinloop.tools.injection import NO_INJECTION, Injection, injection_of
 from reinloop.tools.results import ResultCheck, reject_empty
 
 __all__ = ["POLICY_KEY", "RESERVED_TOOL_NAMES", "RegisteredTool", "ToolRegistry", "as_tool"]
@@ -61,6 +62,8 @@ class RegisteredTool:
     # whether an identical call soon after a success may be answered with that result instead of running:
     # False for a tool whose result changes with time or with other calls' effects (a clock, a file read)
     cacheable: bool
+    # the arguments the tool takes besides the model's (ToolRuntime, InjectedState, ...), filled in at the call
+    injection: Injection = NO_INJECTION
 
     @property
     def name(self) -> str:
@@ -101,15 +104,21 @@ def _call_schema(tool: BaseTool) -> tuple[type[BaseModel] | None, dict[str, Any]
     return None, dict(schema) if isinstance(schema, dict) else {}
 
 
-def _policy(tool: BaseTool, **given: Any) -> dict[str, Any]:
-    """The tool's run policy: the defaults, then what the tool declares in its metadata, then `given`."""
+def _policy(tool: BaseTool, defaults: dict[str, Any], **given: Any) -> dict[str, Any]:
+    """The tool's run policy: the defaults (updated by `defaults`), then what the tool declares in its
+    metadata, then `given`."""
     declared = (tool.metadata or {}).get(POLICY_KEY, {})
     if not isinstance(declared, dict) or set(declared) - set(_POLICY_DEFAULTS):
         raise ConfigurationError(
             f"tool {tool.name!r} declares metadata[{POLICY_KEY!r}] = {declared!r}; it must be a dict with "
             f"the keys {', '.join(map(repr, _POLICY_DEFAULTS))}"
         )
-    policy = {**_POLICY_DEFAULTS, **declared, **{key: value for key, value in given.items() if value is not None}}
+    policy = {
+        **_POLICY_DEFAULTS,
+        **defaults,
+        **declared,
+        **{key: value for key, value in given.items() if value is not None},
+    }
     if policy["isolation"] not in ISOLATIONS:
         raise ConfigurationError(
             f"isolation for tool {tool.name!r} must be one of {', '.join(map(repr, ISOLATIONS))}, "
@@ -123,6 +132,18 @@ def _policy(tool: BaseTool, **given: Any) -> dict[str, Any]:
         if not isinstance(policy[flag], bool):
             raise ConfigurationError(f"{flag} for tool {tool.name!r} must be True or False, got {policy[flag]!r}")
     return policy
+
+
+def _require_in_process(tool: BaseTool, injection: Injection) -> None:
+    # The state, the store and the runtime (its stream writer, callbacks) live in the agent's process and
+    # cannot be pickled to a worker; the call id could, but a worker returns only text.
+    if injection.needed:
+        args = ", ".join(sorted(injection.keys))
+        raise ConfigurationError(
+            f"tool {tool.name!r} has isolation='process', but takes injected arguments ({args}), which cannot "
+            f"cross into a worker process: use isolation='thread', or drop them (a process-isolated tool reads "
+            f"its idempotency key with reinloop.tools.idempotency_key())"
+        )
 
 
 def _require_picklable(tool: BaseTool, check_result: ResultCheck) -> None:
@@ -164,7 +185,8 @@ class ToolRegistry:
 
         `isolation`, `idempotent`, `retryable` and `cacheable` default to the tool's own declaration in its
         metadata (`{"reinloop": {"isolation": "process", "idempotent": False, "retryable": False,
-        "cacheable": False}}`), else "thread", True, the tool's `idempotent`, and True. A retryable tool's call
+        "cacheable": False}}`), else "thread", True, the tool's `idempotent`, and True (False for a tool that takes
+        the state, the store or a `ToolRuntime`: `reinloop.tools.injection`). A retryable tool's call
         that raises or times out is run again in place (`AgentConfig.tool_attempts`), with the same
         idempotency key; a non-idempotent tool is not, since its failed call may have had its effect, unless
         it says `retryable=True` (it finds its earlier effect by the key, or fails before any effect).
@@ -194,8 +216,14 @@ class ToolRegistry:
             and issubclass(own_schema, BaseModel)
             and own_schema.model_config.get("extra") == "allow"
         )
-        policy = _policy(lc_tool, isolation=isolation, idempotent=idempotent, retryable=retryable, cacheable=cacheable)
+        injection = injection_of(lc_tool)
+        # A result that depends on the state, the store or the run may differ for identical arguments.
+        defaults = {"cacheable": False} if injection.reads_run else {}
+        policy = _policy(
+            lc_tool, defaults, isolation=isolation, idempotent=idempotent, retryable=retryable, cacheable=cacheable
+        )
         if policy["isolation"] == "process":
+            _require_in_process(lc_tool, injection)
             _require_picklable(lc_tool, check_result)
         self._tools[name] = RegisteredTool(
             tool=lc_tool,
@@ -208,6 +236,7 @@ class ToolRegistry:
             idempotent=policy["idempotent"],
             retryable=policy["retryable"],
             cacheable=policy["cacheable"],
+            injection=injection,
         )
         return lc_tool
 

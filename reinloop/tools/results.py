@@ -14,6 +14,7 @@ from typing import Any
 
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import ToolException
+from pydantic import ValidationError
 
 __all__ = [
     "ResultCheck",
@@ -94,9 +95,18 @@ def to_observation(value: Any) -> str:
 
 def describe_error(exc: BaseException) -> str:
     """What went wrong, for the model: a `ToolException`'s message as is (the tool wrote it for the model),
-    `sys.exit()` as such, anything else as `Type: message`. Never raises, even when `str(exc)` does."""
+    `sys.exit()` as such, a pydantic `ValidationError` as its problems without the values it was given,
+    anything else as `Type: message`. Never raises, even when `str(exc)` does."""
     if isinstance(exc, SystemExit):
         return f"the tool called sys.exit({'' if exc.code is None else _safe_repr(exc.code)})"
+    if isinstance(exc, ValidationError):
+        # pydantic's own message repeats every input value: for a tool with injected arguments, the agent's
+        # state or secrets from the run's context.
+        problems = "; ".join(
+            f"{'.'.join(map(str, error['loc'])) or 'input'}: {error['msg']}"
+            for error in exc.errors(include_url=False, include_input=False)
+        )
+        return f"ValidationError: {problems}"
     try:
         message = str(exc)
     except Exception:
