@@ -29,12 +29,13 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import patch_config
 
 from reinloop.context import AgentContext
+from reinloop.drivers import Steps, adrive, drive
 from reinloop.state import CallCheck, ErrorKind, InDoubtCall, ToolOutcome
 from reinloop.storable import clean_text
 from reinloop.text import truncate
 from reinloop.tools.effects import IDEMPOTENCY_KEY
 from reinloop.tools.execution import ToolRun
-from reinloop.tools.retry import Backoff, run_with_retries
+from reinloop.tools.retry import Backoff, retry_steps
 
 __all__ = [
     "ATTEMPTS_NOTE",
@@ -42,6 +43,7 @@ __all__ = [
     "TIMEOUT_TEMPLATE",
     "TOOL_ERROR_TEMPLATE",
     "UNKNOWN_OUTCOME_TEMPLATE",
+    "aexecute_tool",
     "execute_tool",
 ]
 
@@ -62,6 +64,15 @@ CONFIG_KEY_RESUMING = "__pregel_resuming"
 
 
 def execute_tool(check: CallCheck, ctx: AgentContext, config: RunnableConfig) -> dict[str, Any]:
+    return drive(_execute_tool(check, ctx, config))
+
+
+async def aexecute_tool(check: CallCheck, ctx: AgentContext, config: RunnableConfig) -> dict[str, Any]:
+    """`execute_tool` under ainvoke/astream: awaits the call (`arun_tool`) and its backoff on the event loop."""
+    return await adrive(_execute_tool(check, ctx, config))
+
+
+def _execute_tool(check: CallCheck, ctx: AgentContext, config: RunnableConfig) -> Steps[dict[str, Any]]:
     name = check["name"]
     entry = ctx.registry[name]
     if not entry.idempotent and (config.get("configurable") or {}).get(CONFIG_KEY_RESUMING):
@@ -75,7 +86,7 @@ def execute_tool(check: CallCheck, ctx: AgentContext, config: RunnableConfig) ->
     backoff = Backoff(settings.tool_backoff_s, settings.tool_backoff_max_s)
     # A check saved by a version without attempts runs once.
     attempts = check.get("attempts", 1)
-    run, made = run_with_retries(entry, check["args"], timeout, config, attempts=attempts, backoff=backoff)
+    run, made = yield from retry_steps(entry, check["args"], timeout, config, attempts=attempts, backoff=backoff)
     content = _content(run, name, timeout, made, settings.observation_max_chars)
     return _outcome(check, content, run.error_kind, attempts=made)
 
