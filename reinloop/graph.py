@@ -16,14 +16,15 @@ what failed at the end of its next prompt.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from functools import partial
-from typing import Any, Final, Literal, TypeAlias, get_args
+from typing import Any, Final, Literal, TypeAlias, TypeVar, get_args
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableConfig, ensure_config
 from langchain_core.runnables.config import merge_configs
 from langchain_core.tools import BaseTool
+from langgraph._internal._runnable import RunnableCallable
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
@@ -37,6 +38,9 @@ from reinloop.context import AgentContext
 from reinloop.errors import ConfigurationError
 from reinloop.models import is_transient, resolve_model
 from reinloop.nodes import (
+    acompress_memory,
+    adecide,
+    aexecute_tool,
     check_finish,
     circuit_break,
     compress_memory,
@@ -50,6 +54,7 @@ from reinloop.protocols import DecisionProtocol, get_protocol
 from reinloop.state import AgentInput, AgentState, RunState, read_input, run_state, runs
 from reinloop.tools.registry import ToolRegistry
 
+T = TypeVar("T")
 _AgentGraph: TypeAlias = StateGraph[RunState, None, Any, AgentState]
 CompiledAgent: TypeAlias = CompiledStateGraph[RunState, None, Any, AgentState]
 """What `build_agent` returns: a compiled LangGraph graph whose nodes see `RunState` and whose output and
@@ -171,7 +176,7 @@ def build_agent(
         max_attempts=config.model_max_attempts,
         retry_on=is_transient,
     )
-    graph = _diagram(lambda node: partial(node, ctx=ctx), model_retry, state_schema)
+    graph = _diagram(lambda node: _bound(node, ctx), model_retry, state_schema)
     compiled = _Agent.of(graph.compile(checkpointer=checkpointer, store=store, name=name), steps_to_stop(config))
     compiled = compiled.with_config(recursion_limit=recursion_limit(config.max_iterations))
     if checkpointer is None:
@@ -208,13 +213,45 @@ def _diagram(
 
     graph.add_edge(START, DECIDE)
     graph.add_edge(DECIDE, VALIDATE_ARGS)
-    graph.add_conditional_edges(VALIDATE_ARGS, route_after_validate_args, list(get_args(AfterValidateArgs)))
+    graph.add_conditional_edges(VALIDATE_ARGS, _router(route_after_validate_args), list(get_args(AfterValidateArgs)))
     graph.add_edge(EXECUTE_TOOL, OBSERVE)
     graph.add_edge(OBSERVE, COMPRESS_MEMORY)
     graph.add_edge(COMPRESS_MEMORY, CHECK_FINISH)
-    graph.add_conditional_edges(CHECK_FINISH, route_after_check_finish)
+    graph.add_conditional_edges(CHECK_FINISH, _router(route_after_check_finish))
     graph.add_edge(CIRCUIT_BREAK, END)
     return graph
+
+
+# The async form of each node that waits on I/O. The other nodes only compute: under ainvoke/astream they run
+# as they are on the event loop, where LangGraph would otherwise hand each step to a worker thread.
+_ASYNC_FORMS: dict[Callable[..., Any], Callable[..., Awaitable[dict[str, Any]]]] = {
+    decide: adecide,
+    compress_memory: acompress_memory,
+    execute_tool: aexecute_tool,
+}
+
+
+def _bound(node: Callable[..., dict[str, Any]], ctx: AgentContext) -> RunnableCallable:
+    """`node` given the agent's context, in its sync form for invoke/stream and its async form for
+    ainvoke/astream: LangGraph picks one by how the graph runs (as `create_agent` registers its model node).
+    LangGraph reads what to inject (config, store) from the sync form's signature."""
+    anode = _ASYNC_FORMS.get(node) or _on_loop(node)
+    return RunnableCallable(partial(node, ctx=ctx), partial(anode, ctx=ctx), name=node.__name__, trace=False)
+
+
+def _router(route: Callable[[AgentState], Any]) -> RunnableCallable:
+    """A router that runs as it is under ainvoke/astream too: LangGraph would hand each call to a worker thread.
+    Its diagram edges still come from its `Literal` return type."""
+    return RunnableCallable(route, _on_loop(route), name=route.__name__)
+
+
+def _on_loop(function: Callable[..., T]) -> Callable[..., Awaitable[T]]:
+    """`function`, which only computes, as an async function that runs it directly on the event loop."""
+
+    async def run(*args: Any, **kwargs: Any) -> T:
+        return function(*args, **kwargs)
+
+    return run
 
 
 def _cannot_run(node: str, *args: Any, **kwargs: Any) -> Any:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
@@ -93,6 +93,16 @@ class ScriptedChatModel(BaseChatModel):
         # A fresh id each time: the same scripted message may be replayed, and the window keys on ids.
         message = message.model_copy(update={"id": f"scripted-{uuid.uuid4().hex}"})
         return ChatResult(generations=[ChatGeneration(message=message)])
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        # The same script, played on the event loop (LangChain's default would play it in a worker thread).
+        return self._generate(messages, stop, None, **kwargs)
 
     def _next_reply(self, messages: list[BaseMessage]) -> Reply:
         count = len(self._calls)

@@ -6,6 +6,7 @@ saw: the schema bound to it and the observations it was sent.
 
 from __future__ import annotations
 
+import asyncio
 import operator
 from typing import Annotated, Any
 
@@ -387,3 +388,21 @@ def test_an_argument_merely_named_runtime_is_the_models():
     final, model = run([film], [tool_call("film", {"runtime": 90}), "done"])
     assert observations(final)[0].content == "90 minutes"
     assert bound_properties(model, "film")["properties"] == {"runtime": {"type": "integer"}}
+
+
+def test_injected_arguments_and_command_updates_work_the_same_under_ainvoke():
+    seen: dict[str, Any] = {}
+
+    @tool
+    async def add_item(item: str, runtime: ToolRuntime) -> Command:
+        """Put an item in the cart (an async tool, awaited on the event loop)."""
+        seen.update(call_id=runtime.tool_call_id, task=runtime.state["task"], user=runtime.context["user"])
+        answer = ToolMessage(f"added {item}", tool_call_id=runtime.tool_call_id)
+        return Command(update={"cart": [item], "messages": [answer]})
+
+    model = ScriptedChatModel(replies=[tool_call("add_item", {"item": "tea"}, id="call-a"), "done"])
+    agent = build_agent(model, [add_item], checkpointer=InMemorySaver(), state_schema=CartState)
+    final = asyncio.run(agent.ainvoke({"task": "shop"}, THREAD, context={"user": "ada"}))
+    assert seen == {"call_id": "call-a", "task": "shop", "user": "ada"}
+    assert final["cart"] == ["tea"] and observations(final)[0].content == "added tea"
+    assert_model_never_saw_injected(model)

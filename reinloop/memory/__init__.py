@@ -1,6 +1,8 @@
 """Memory: the bounded short-term window, token counting, summaries, and long-term recall."""
 
 from reinloop.memory.long_term import (
+    arecall,
+    aremember,
     default_embeddings,
     memory_namespace,
     memory_store,
@@ -8,12 +10,15 @@ from reinloop.memory.long_term import (
     remember,
     sqlite_memory_store,
 )
-from reinloop.memory.summary import extractive_summary, summarize
+from reinloop.memory.summary import asummarize, extractive_summary, summarize
 from reinloop.memory.tokens import TokenCounter
 from reinloop.memory.window import digest, entry_key, pairing_violations, window_entries
 
 __all__ = [
     "TokenCounter",
+    "arecall",
+    "aremember",
+    "asummarize",
     "default_embeddings",
     "digest",
     "entry_key",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -19,17 +20,22 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 
+from reinloop.drivers import Steps, adrive, drive, io
 from reinloop.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from langgraph.store.sqlite.base import SqliteIndexConfig
 
 __all__ = [
+    "arecall",
+    "aremember",
     "default_embeddings",
     "memory_namespace",
     "memory_store",
     "recall",
+    "recall_steps",
     "remember",
+    "remember_steps",
     "sqlite_memory_store",
     "store_index",
 ]
@@ -47,16 +53,40 @@ def store_index(store: BaseStore | None) -> dict[str, Any] | None:
 
 
 def remember(store: BaseStore, namespace: tuple[str, ...], key: str, text: str, **extra: Any) -> None:
-    store.put(namespace, key, {"text": text, **extra})
+    drive(remember_steps(store, namespace, key, text, **extra))
+
+
+async def aremember(store: BaseStore, namespace: tuple[str, ...], key: str, text: str, **extra: Any) -> None:
+    await adrive(remember_steps(store, namespace, key, text, **extra))
+
+
+def remember_steps(store: BaseStore, namespace: tuple[str, ...], key: str, text: str, **extra: Any) -> Steps[None]:
+    """`remember` as steps for `reinloop.drivers`: `put` under `drive`, `aput` under `adrive`."""
+    value = {"text": text, **extra}
+    yield from io(partial(store.put, namespace, key, value), partial(store.aput, namespace, key, value))
 
 
 def recall(store: BaseStore, namespace: tuple[str, ...], queries: Sequence[str], k: int) -> list[str]:
     """Up to `k` memories, taking in turn the best remaining match of each query (the task, the latest
     observation), so that one query cannot crowd out the other; none when the store has no index."""
+    return drive(recall_steps(store, namespace, queries, k))
+
+
+async def arecall(store: BaseStore, namespace: tuple[str, ...], queries: Sequence[str], k: int) -> list[str]:
+    """`recall`, awaiting the store's `asearch`."""
+    return await adrive(recall_steps(store, namespace, queries, k))
+
+
+def recall_steps(store: BaseStore, namespace: tuple[str, ...], queries: Sequence[str], k: int) -> Steps[list[str]]:
+    """`recall` as steps for `reinloop.drivers`: `search` under `drive`, `asearch` under `adrive`."""
     queries = [query for query in queries if query.strip()]
     if k <= 0 or not queries or store_index(store) is None:
         return []
-    ranked = [store.search(namespace, query=query, limit=k) for query in queries]
+    ranked = []
+    for query in queries:
+        search = partial(store.search, namespace, query=query, limit=k)
+        asearch = partial(store.asearch, namespace, query=query, limit=k)
+        ranked.append((yield from io(search, asearch)))
     chosen: dict[str, str] = {}
     for position in range(k):
         for items in ranked:

@@ -13,10 +13,11 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.runnables import Runnable
 from langgraph.errors import GraphBubbleUp
 
+from reinloop.drivers import Steps, adrive, drive, invoke
 from reinloop.storable import clean_text
 from reinloop.text import truncate
 
-__all__ = ["SUMMARY_PROMPT", "Folded", "extractive_summary", "summarize"]
+__all__ = ["SUMMARY_PROMPT", "Folded", "asummarize", "extractive_summary", "summarize", "summarize_steps"]
 
 # The shortest an extractive summary cuts one step's digest.
 MIN_LINE_CHARS = 40
@@ -46,6 +47,16 @@ def extractive_summary(lines: Sequence[str], max_chars: int) -> str:
 
 def summarize(model: Runnable[Any, Any] | None, task: str, lines: Sequence[str], max_chars: int) -> Folded:
     """A summary of the digests `lines`, at most `max_chars` long."""
+    return drive(summarize_steps(model, task, lines, max_chars))
+
+
+async def asummarize(model: Runnable[Any, Any] | None, task: str, lines: Sequence[str], max_chars: int) -> Folded:
+    """`summarize`, awaiting the model's `ainvoke`."""
+    return await adrive(summarize_steps(model, task, lines, max_chars))
+
+
+def summarize_steps(model: Runnable[Any, Any] | None, task: str, lines: Sequence[str], max_chars: int) -> Steps[Folded]:
+    """`summarize` as steps for `reinloop.drivers`: the model's `invoke` under `drive`, `ainvoke` under `adrive`."""
     prompt: list[BaseMessage] = [
         SystemMessage(SUMMARY_PROMPT.format(words=max(20, max_chars // 7))),
         HumanMessage(f"The task: {task}\n\nThe steps:\n" + "\n".join(f"- {line}" for line in lines)),
@@ -53,7 +64,7 @@ def summarize(model: Runnable[Any, Any] | None, task: str, lines: Sequence[str],
     if model is None:
         return Folded(extractive_summary(lines, max_chars), False, prompt, None)
     try:
-        reply = model.invoke(prompt)
+        reply = yield from invoke(model, prompt)
         text = reply.text.strip() if isinstance(reply, BaseMessage) else str(reply).strip()
         if not text:
             raise ValueError("the summarizer returned nothing")

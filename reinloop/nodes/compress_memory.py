@@ -27,14 +27,15 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.store.base import BaseStore
 
 from reinloop.context import AgentContext
-from reinloop.memory.long_term import memory_namespace, remember
-from reinloop.memory.summary import summarize
+from reinloop.drivers import Steps, adrive, drive
+from reinloop.memory.long_term import memory_namespace, remember_steps
+from reinloop.memory.summary import summarize_steps
 from reinloop.memory.usage import add_usage, call_usage
 from reinloop.memory.window import digest, entry_key, failed, is_error_note, succeeded_calls, window_entries
 from reinloop.prompt import assemble, prompt_tokens
 from reinloop.state import NO_USAGE, AgentState
 
-__all__ = ["SUMMARIES_KEPT", "compress_memory"]
+__all__ = ["SUMMARIES_KEPT", "acompress_memory", "compress_memory"]
 
 # Summaries shown in the prompt; older ones stay in the long-term store, where recall finds them.
 SUMMARIES_KEPT = 2
@@ -48,6 +49,22 @@ def compress_memory(
     config: RunnableConfig,
     store: Optional[BaseStore] = None,  # noqa: UP045 - LangGraph injects the store by this exact annotation
 ) -> dict[str, Any]:
+    return drive(_compress_memory(state, ctx, config, store))
+
+
+async def acompress_memory(
+    state: AgentState,
+    ctx: AgentContext,
+    config: RunnableConfig,
+    store: Optional[BaseStore] = None,  # noqa: UP045 - LangGraph injects the store by this exact annotation
+) -> dict[str, Any]:
+    """`compress_memory` under ainvoke/astream: awaits the summarizer's `ainvoke` and the store's `aput`."""
+    return await adrive(_compress_memory(state, ctx, config, store))
+
+
+def _compress_memory(
+    state: AgentState, ctx: AgentContext, config: RunnableConfig, store: BaseStore | None
+) -> Steps[dict[str, Any]]:
     settings = ctx.settings
     entries = window_entries(state.get("messages", []))
     kept, dropped = _latest_of_each(entries)
@@ -69,16 +86,20 @@ def compress_memory(
 
     update: dict[str, Any] = {}
     if len(pending) >= settings.compress_every or (pending and over_budget):
-        folded = summarize(ctx.summarizer, state["task"], pending, settings.summary_max_chars)
+        folded = yield from summarize_steps(ctx.summarizer, state["task"], pending, settings.summary_max_chars)
         folds = state.get("folds", 0) + 1
         summaries = [*summaries, folded.text][-SUMMARIES_KEPT:]
         if store is not None:
             # The summary, and each step's digest on its own: recall can then find one precise fact
             # that a summary of several steps left out or diluted.
             namespace, iteration = memory_namespace(config), state.get("iteration", 0)
-            remember(store, namespace, f"{folds:06d}-summary", folded.text, iteration=iteration, kind="summary")
+            yield from remember_steps(
+                store, namespace, f"{folds:06d}-summary", folded.text, iteration=iteration, kind="summary"
+            )
             for number, line in enumerate(pending):
-                remember(store, namespace, f"{folds:06d}-step-{number}", line, iteration=iteration, kind="step")
+                yield from remember_steps(
+                    store, namespace, f"{folds:06d}-step-{number}", line, iteration=iteration, kind="step"
+                )
         update.update(summaries=summaries, folds=folds)
         if folded.reply is not None:
             last_call = call_usage("compress_memory", folded.reply, ctx.counter.messages(folded.prompt), ctx.counter)

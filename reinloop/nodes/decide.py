@@ -23,8 +23,9 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.store.base import BaseStore
 
 from reinloop.context import AgentContext
+from reinloop.drivers import Steps, adrive, drive, invoke
 from reinloop.errors import InputError, InvariantError
-from reinloop.memory.long_term import memory_namespace, recall
+from reinloop.memory.long_term import memory_namespace, recall_steps
 from reinloop.memory.usage import add_usage, call_usage
 from reinloop.memory.window import pairing_violations
 from reinloop.prompt import fit_to_budget
@@ -32,7 +33,7 @@ from reinloop.state import FRESH_BUDGETS, NO_USAGE, RAW_KEPT_CHARS, AgentState, 
 from reinloop.storable import MAX_ARGS_CHARS, MAX_DEPTH, clean_text, clean_value, storage_problem
 from reinloop.text import truncate
 
-__all__ = ["UNSTORABLE_ARGS_TEMPLATE", "build_prompt", "decide"]
+__all__ = ["UNSTORABLE_ARGS_TEMPLATE", "adecide", "build_prompt", "decide"]
 
 # The latest observation is cut to this length when it joins the task in the recall query.
 RECALL_QUERY_CHARS = 1_000
@@ -50,12 +51,29 @@ def decide(
     config: RunnableConfig,
     store: Optional[BaseStore] = None,  # noqa: UP045 - LangGraph injects the store by this exact annotation
 ) -> dict[str, Any]:
+    return drive(_decide(state, ctx, config, store))
+
+
+async def adecide(
+    state: AgentState,
+    ctx: AgentContext,
+    config: RunnableConfig,
+    store: Optional[BaseStore] = None,  # noqa: UP045 - LangGraph injects the store by this exact annotation
+) -> dict[str, Any]:
+    """`decide` under ainvoke/astream: awaits the store's searches and the model's `ainvoke`."""
+    return await adrive(_decide(state, ctx, config, store))
+
+
+def _decide(
+    state: AgentState, ctx: AgentContext, config: RunnableConfig, store: BaseStore | None
+) -> Steps[dict[str, Any]]:
     task = state.get("task")
     if not isinstance(task, str) or not task.strip():
         raise InputError('the agent needs a task: invoke it with {"task": "..."}')
     new_run = state.get("finish_reason") is not None
-    prompt, counted = build_prompt(state, ctx, _recall(state, ctx, config, store))
-    reply = ctx.model.invoke(prompt)
+    memories = yield from _recall(state, ctx, config, store)
+    prompt, counted = build_prompt(state, ctx, memories)
+    reply = yield from invoke(ctx.model, prompt)
     decision, stored = _storable(*ctx.protocol.parse(reply, ctx.registry))
     last_call = call_usage("decide", reply, counted, ctx.counter)
     usage = NO_USAGE if new_run else state.get("usage", NO_USAGE)
@@ -88,12 +106,12 @@ def build_prompt(state: AgentState, ctx: AgentContext, memories: Sequence[str] =
     )
 
 
-def _recall(state: AgentState, ctx: AgentContext, config: RunnableConfig, store: BaseStore | None) -> list[str]:
+def _recall(state: AgentState, ctx: AgentContext, config: RunnableConfig, store: BaseStore | None) -> Steps[list[str]]:
     if store is None or ctx.settings.recall_k <= 0:
         return []
     latest = next((m.text for m in reversed(state.get("messages", [])) if isinstance(m, ToolMessage)), "")
     queries = [state["task"], latest[:RECALL_QUERY_CHARS]]
-    memories = recall(store, memory_namespace(config), queries, ctx.settings.recall_k)
+    memories = yield from recall_steps(store, memory_namespace(config), queries, ctx.settings.recall_k)
     return [truncate(text, ctx.settings.summary_max_chars) for text in memories]
 
 

@@ -38,6 +38,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import patch_config
 
 from reinloop.context import AgentContext
+from reinloop.drivers import Steps, adrive, drive
 from reinloop.state import CallCheck, ErrorKind, InDoubtCall, ToolOutcome
 from reinloop.storable import clean_text
 from reinloop.text import truncate
@@ -45,7 +46,7 @@ from reinloop.tools.commands import settle_command
 from reinloop.tools.effects import IDEMPOTENCY_KEY
 from reinloop.tools.execution import ToolRun
 from reinloop.tools.injection import inject
-from reinloop.tools.retry import Backoff, run_with_retries
+from reinloop.tools.retry import Backoff, retry_steps
 
 __all__ = [
     "ATTEMPTS_NOTE",
@@ -53,6 +54,7 @@ __all__ = [
     "TIMEOUT_TEMPLATE",
     "TOOL_ERROR_TEMPLATE",
     "UNKNOWN_OUTCOME_TEMPLATE",
+    "aexecute_tool",
     "execute_tool",
 ]
 
@@ -73,6 +75,15 @@ CONFIG_KEY_RESUMING = "__pregel_resuming"
 
 
 def execute_tool(check: CallCheck, ctx: AgentContext, config: RunnableConfig) -> dict[str, Any]:
+    return drive(_execute_tool(check, ctx, config))
+
+
+async def aexecute_tool(check: CallCheck, ctx: AgentContext, config: RunnableConfig) -> dict[str, Any]:
+    """`execute_tool` under ainvoke/astream: awaits the call (`arun_tool`) and its backoff on the event loop."""
+    return await adrive(_execute_tool(check, ctx, config))
+
+
+def _execute_tool(check: CallCheck, ctx: AgentContext, config: RunnableConfig) -> Steps[dict[str, Any]]:
     name = check["name"]
     entry = ctx.registry[name]
     if not entry.idempotent and (config.get("configurable") or {}).get(CONFIG_KEY_RESUMING):
@@ -87,7 +98,7 @@ def execute_tool(check: CallCheck, ctx: AgentContext, config: RunnableConfig) ->
     # A check saved by a version without attempts runs once.
     attempts = check.get("attempts", 1)
     args = _call_args(check, ctx, config)
-    run, made = run_with_retries(entry, args, timeout, config, attempts=attempts, backoff=backoff)
+    run, made = yield from retry_steps(entry, args, timeout, config, attempts=attempts, backoff=backoff)
     written: dict[str, Any] = {}
     if run.command is not None:
         run, written = settle_command(run.command, check["call_id"], ctx.tool_keys, entry.check_result)

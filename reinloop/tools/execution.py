@@ -4,6 +4,10 @@ A thread (the default) runs any tool, sync or async, and receives the run's conf
 process (opt-in per tool, `isolation="process"`) is for tools that may hold the GIL or end their process: it
 is killed at the deadline, and nothing it does reaches the agent's process but text.
 
+`run_tool` waits for the call in the caller's thread; `arun_tool` is the same logic for the event loop
+(`reinloop.drivers`): it awaits the thread or the worker without blocking the loop, and awaits an async tool
+(`is_async_tool`) on the loop itself, as a task that is cancelled and abandoned at the deadline.
+
 Whatever happens inside a call (a result, an empty result, an exception, `sys.exit()`, a crash, a result
 without a text form, a timeout) comes back as a `ToolRun`: an error kind and plain text, decided where the
 tool ran, so the raw value never crosses a process boundary and nothing is re-raised in the agent. Only
@@ -14,8 +18,10 @@ reports one as an error.
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import atexit
+import concurrent.futures
 import contextvars
 import importlib
 import multiprocessing
@@ -24,9 +30,10 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
+from functools import partial
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, get_args
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool
@@ -34,6 +41,7 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 from pebble import ProcessExpired, ProcessPool
 
+from reinloop.drivers import Steps, adrive, drive, io
 from reinloop.state import ErrorKind
 from reinloop.tools.effects import IDEMPOTENCY_KEY
 from reinloop.tools.results import ResultCheck, UnshowableResultError, describe_error, result_text
@@ -49,9 +57,14 @@ __all__ = [
     "ToolExitError",
     "ToolRun",
     "ToolTimeoutError",
+    "acall_with_timeout",
+    "arun_tool",
+    "await_with_timeout",
     "call_with_timeout",
     "invoke_tool",
+    "is_async_tool",
     "run_tool",
+    "tool_steps",
 ]
 
 T = TypeVar("T")
@@ -108,12 +121,44 @@ def run_tool(
     A process-isolated tool gets only the thread id and the idempotency key of `config`: callbacks, tracers
     and the other parts of a RunnableConfig cannot be sent to another process.
     """
+    return drive(tool_steps(entry, args, timeout_s, config))
+
+
+async def arun_tool(
+    entry: RegisteredTool, args: dict[str, Any], timeout_s: float, config: RunnableConfig | None = None
+) -> ToolRun:
+    """`run_tool` on the event loop: the same limits and outcomes, and the loop is never blocked."""
+    return await adrive(tool_steps(entry, args, timeout_s, config))
+
+
+def tool_steps(
+    entry: RegisteredTool, args: dict[str, Any], timeout_s: float, config: RunnableConfig | None
+) -> Steps[ToolRun]:
+    """`run_tool` as steps for `reinloop.drivers`."""
     if entry.isolation == "process":
-        return _run_in_process(entry.tool, args, entry.check_result, timeout_s, _portable(config))
+        return (yield from _in_process(entry.tool, args, entry.check_result, timeout_s, _portable(config)))
+    settle = partial(_settle, entry.tool, args, entry.check_result, config)
+    if is_async_tool(entry.tool):
+        asettle = partial(_asettle, entry.tool, args, entry.check_result, config)
+        wait = partial(await_with_timeout, asettle, timeout_s)
+    else:
+        wait = partial(acall_with_timeout, settle, timeout_s)
     try:
-        return call_with_timeout(lambda: _settle(entry.tool, args, entry.check_result, config), timeout_s)
+        return (yield from io(partial(call_with_timeout, settle, timeout_s), wait))
     except ToolTimeoutError:
         return ToolRun("timeout", "")
+
+
+def is_async_tool(tool: BaseTool) -> bool:
+    """Whether the tool has its own async form (a coroutine, or an `_arun` of its own), which `arun_tool`
+    awaits on the event loop; any other tool runs in a thread there, as it does under `run_tool`."""
+    coroutine = getattr(tool, "coroutine", _NO_COROUTINE_FIELD)
+    if coroutine is not _NO_COROUTINE_FIELD:  # StructuredTool, Tool: an _arun that runs the func in a thread
+        return coroutine is not None
+    return type(tool)._arun is not BaseTool._arun
+
+
+_NO_COROUTINE_FIELD = object()
 
 
 def _settle(tool: BaseTool, args: dict[str, Any], check: ResultCheck, config: RunnableConfig | None) -> ToolRun:
@@ -122,8 +167,19 @@ def _settle(tool: BaseTool, args: dict[str, Any], check: ResultCheck, config: Ru
     Runs in the call's own thread or worker process, never the caller's, so converting the value to text
     counts against the timeout, and every BaseException (`sys.exit()` included) ends only this call.
     """
+    return drive(_settle_steps(tool, args, check, config))
+
+
+async def _asettle(tool: BaseTool, args: dict[str, Any], check: ResultCheck, config: RunnableConfig | None) -> ToolRun:
+    """`_settle` for an async tool, in the call's own task on the event loop."""
+    return await adrive(_settle_steps(tool, args, check, config))
+
+
+def _settle_steps(
+    tool: BaseTool, args: dict[str, Any], check: ResultCheck, config: RunnableConfig | None
+) -> Steps[ToolRun]:
     try:
-        value = invoke_tool(tool, args, config)
+        value = yield from io(partial(invoke_tool, tool, args, config), partial(tool.ainvoke, args, config))
         if isinstance(value, Command):
             return ToolRun(None, "", command=value)
         if reason := check(value):
@@ -150,31 +206,89 @@ def call_with_timeout(fn: Callable[[], T], timeout_s: float) -> T:
     wakes, the function's own finish time decides. An Exception from `fn` is re-raised; any other
     BaseException (`sys.exit()`) becomes `ToolExitError`.
     """
-    outcome: dict[str, Any] = {}
-    finished = threading.Event()
+    call = _ThreadCall(fn)
+    concurrent.futures.wait([call.finished], timeout_s)
+    return call.outcome(timeout_s)
 
-    def target() -> None:
+
+async def acall_with_timeout(fn: Callable[[], T], timeout_s: float) -> T:
+    """`call_with_timeout` for the event loop: the same daemon thread and limits, awaited without blocking
+    the loop; a call that is still running at the deadline (or when the caller is cancelled) is abandoned."""
+    call = _ThreadCall(fn)
+    await asyncio.wait([asyncio.wrap_future(call.finished)], timeout=timeout_s)
+    return call.outcome(timeout_s)
+
+
+class _ThreadCall(Generic[T]):
+    """`fn` running in its own daemon thread, which records when it finished and what it returned or raised."""
+
+    def __init__(self, fn: Callable[[], T]) -> None:
+        self._value: dict[str, Any] = {}
+        # Set by the thread itself: the caller's wait (a thread or an event loop) only watches it.
+        self.finished: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self.finished.set_running_or_notify_cancel()
+        context = contextvars.copy_context()
+        self._started_at = time.monotonic()
+        # A daemon thread that the caller does not wait for: threading.Thread.start() blocks until the new
+        # thread has run, which on a busy interpreter is a GIL switch interval (5 ms) of a blocked event loop.
+        _thread.start_new_thread(context.run, (self._target, fn))
+
+    def _target(self, fn: Callable[[], T]) -> None:
         try:
-            outcome["value"] = fn()
-        except BaseException as exc:  # handed to the caller's thread below
-            outcome["error"] = exc
+            self._value["value"] = fn()
+        except BaseException as exc:  # handed to the caller in outcome()
+            self._value["error"] = exc
         finally:
-            outcome["finished_at"] = time.monotonic()
-            finished.set()
+            self._value["finished_at"] = time.monotonic()
+            self.finished.set_result(None)
 
-    context = contextvars.copy_context()
-    thread = threading.Thread(target=context.run, args=(target,), daemon=True, name="reinloop-tool")
+    def outcome(self, timeout_s: float) -> T:
+        """What `fn` returned or raised, once waited for; `ToolTimeoutError` if it was not done in time."""
+        if not self.finished.done() or self._value["finished_at"] - self._started_at > timeout_s:
+            raise ToolTimeoutError(f"no result within {timeout_s:g} s")
+        if "error" not in self._value:
+            value: T = self._value["value"]
+            return value
+        error = self._value["error"]
+        if isinstance(error, Exception):
+            raise error
+        raise ToolExitError(describe_error(error)) from error
+
+
+async def await_with_timeout(make: Callable[[], Coroutine[Any, Any, T]], timeout_s: float) -> T:
+    """Await `make()` as its own task on the running loop; `ToolTimeoutError` unless it finished within
+    `timeout_s` seconds.
+
+    At the deadline (or when the caller is cancelled) the task is cancelled and abandoned, not waited for: a
+    coroutine that ignores its cancellation keeps running on the loop, as a hung thread keeps its thread, but
+    the agent goes on. An async tool that blocks the loop (time.sleep in an `async def`) blocks every run on
+    it: such a tool belongs in a sync function, which runs in a thread. As in `call_with_timeout`, the
+    coroutine's own finish time decides, so a loop busy with other runs does not turn a result into a timeout.
+    """
+    finished_at: list[float] = []
+
+    async def timed() -> T:
+        try:
+            return await make()
+        finally:
+            finished_at.append(time.monotonic())
+
     started_at = time.monotonic()
-    thread.start()
-    if not finished.wait(timeout_s) or outcome["finished_at"] - started_at > timeout_s:
+    task = asyncio.ensure_future(timed())
+    try:
+        await asyncio.wait([task], timeout=timeout_s)
+    finally:
+        if not task.done():
+            task.cancel()
+            _abandoned.add(task)
+            task.add_done_callback(_abandoned.discard)
+    if not finished_at or finished_at[0] - started_at > timeout_s or not task.done():
         raise ToolTimeoutError(f"no result within {timeout_s:g} s")
-    if "error" not in outcome:
-        value: T = outcome["value"]
-        return value
-    error = outcome["error"]
-    if isinstance(error, Exception):
-        raise error
-    raise ToolExitError(describe_error(error)) from error
+    return task.result()
+
+
+# Abandoned tasks, referenced until they end: the event loop itself keeps only weak references to its tasks.
+_abandoned: set[asyncio.Future[Any]] = set()
 
 
 def invoke_tool(tool: BaseTool, args: dict[str, Any], config: RunnableConfig | None = None) -> Any:
@@ -193,15 +307,16 @@ def _portable(config: RunnableConfig | None) -> RunnableConfig:
     return {"configurable": {key: configurable[key] for key in PORTABLE_KEYS if key in configurable}}
 
 
-def _run_in_process(
+def _in_process(
     tool: BaseTool, args: dict[str, Any], check: ResultCheck, timeout_s: float, config: RunnableConfig
-) -> ToolRun:
+) -> Steps[ToolRun]:
     # pebble kills the worker once the task has run `timeout_s` (counted from when a worker took it) and
     # starts a replacement; a worker that dies is reported as ProcessExpired.
     task = (tool, args, check, timeout_s, config)
     future = _worker_pool().schedule(_run_in_worker, args=task, timeout=timeout_s)
+    wait_s = timeout_s + WORKER_WAIT_S
     try:
-        return future.result(timeout=timeout_s + WORKER_WAIT_S)
+        return (yield from io(partial(future.result, timeout=wait_s), partial(_await_future, future, wait_s)))
     except TimeoutError:
         return ToolRun("timeout", "")
     except ProcessExpired as exc:
@@ -209,9 +324,13 @@ def _run_in_process(
     except Exception as exc:  # the pool itself failed; a new pool serves the next call
         return ToolRun("tool_error", f"its worker process failed ({describe_error(exc)}){_main_guard_hint()}")
     finally:
-        # A no-op once the call is done. Otherwise (our wait ran out, or the caller was interrupted) it makes
-        # pebble kill the worker, so an abandoned call does not keep running.
+        # A no-op once the call is done. Otherwise (our wait ran out, or the caller was interrupted or
+        # cancelled) it makes pebble kill the worker, so an abandoned call does not keep running.
         future.cancel()
+
+
+async def _await_future(future: concurrent.futures.Future[T], timeout_s: float) -> T:
+    return await asyncio.wait_for(asyncio.wrap_future(future), timeout_s)
 
 
 def _main_guard_hint() -> str:

@@ -5,22 +5,33 @@ Only transient failures are retried: an exception (a crashed worker process incl
 result is the tool's answer, not an accident, and validation errors never reach a tool. Each attempt is a
 whole `run_tool`: the same arguments, config and idempotency key, its own full timeout, and for a
 process-isolated tool its own worker, killed at the deadline. The backoff and its jitter are tenacity's.
+`run_with_retries` waits in the caller's thread; `arun_with_retries` is the same policy with tenacity's async
+retrying, for the event loop (`arun_tool` attempts, `apause` waits).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_attempt, wait_exponential_jitter
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    Retrying,
+    retry_if_result,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
 
+from reinloop.drivers import Steps, io
 from reinloop.state import ErrorKind
-from reinloop.tools.execution import ToolRun, run_tool
+from reinloop.tools.execution import ToolRun, arun_tool, run_tool
 from reinloop.tools.registry import RegisteredTool
 
-__all__ = ["TRANSIENT", "Backoff", "run_with_retries"]
+__all__ = ["TRANSIENT", "Backoff", "arun_with_retries", "retry_steps", "run_with_retries"]
 
 # The error kinds of a `ToolRun` that another attempt may fix.
 TRANSIENT: frozenset[ErrorKind] = frozenset({"tool_error", "timeout"})
@@ -40,6 +51,11 @@ def pause(seconds: float) -> None:
     time.sleep(seconds)
 
 
+async def apause(seconds: float) -> None:
+    """How a retry waits on the event loop; tests replace it as they replace `pause`."""
+    await asyncio.sleep(seconds)
+
+
 def run_with_retries(
     entry: RegisteredTool,
     args: dict[str, Any],
@@ -55,15 +71,54 @@ def run_with_retries(
     retries and propagate.
     """
     retrying = Retrying(
-        stop=stop_after_attempt(attempts),
-        wait=wait_exponential_jitter(multiplier=backoff.first_s, max=backoff.max_s, jitter=backoff.first_s),
-        retry=retry_if_result(_transient),
-        retry_error_callback=_last_run,
+        **_policy(attempts, backoff),
         # Looked up at each call, so that a test's replacement is used.
         sleep=lambda seconds: pause(seconds),
     )
     run: ToolRun = retrying(run_tool, entry, args, timeout_s, config)
     return run, int(retrying.statistics["attempt_number"])
+
+
+async def arun_with_retries(
+    entry: RegisteredTool,
+    args: dict[str, Any],
+    timeout_s: float,
+    config: RunnableConfig | None,
+    *,
+    attempts: int,
+    backoff: Backoff,
+) -> tuple[ToolRun, int]:
+    """`run_with_retries` on the event loop: the same attempts and backoff, awaited."""
+    retrying = AsyncRetrying(**_policy(attempts, backoff), sleep=lambda seconds: apause(seconds))
+    run: ToolRun = await retrying(arun_tool, entry, args, timeout_s, config)
+    return run, int(retrying.statistics["attempt_number"])
+
+
+def retry_steps(
+    entry: RegisteredTool,
+    args: dict[str, Any],
+    timeout_s: float,
+    config: RunnableConfig | None,
+    *,
+    attempts: int,
+    backoff: Backoff,
+) -> Steps[tuple[ToolRun, int]]:
+    """The call with its retries as one step for `reinloop.drivers`: `run_with_retries` under `drive`,
+    `arun_with_retries` under `adrive`."""
+    return io(
+        lambda: run_with_retries(entry, args, timeout_s, config, attempts=attempts, backoff=backoff),
+        lambda: arun_with_retries(entry, args, timeout_s, config, attempts=attempts, backoff=backoff),
+    )
+
+
+def _policy(attempts: int, backoff: Backoff) -> dict[str, Any]:
+    """When tenacity retries and how long it waits, for its sync and async retrying alike."""
+    return {
+        "stop": stop_after_attempt(attempts),
+        "wait": wait_exponential_jitter(multiplier=backoff.first_s, max=backoff.max_s, jitter=backoff.first_s),
+        "retry": retry_if_result(_transient),
+        "retry_error_callback": _last_run,
+    }
 
 
 def _transient(run: ToolRun) -> bool:
