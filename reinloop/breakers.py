@@ -9,8 +9,8 @@ To add a finish reason:
 1. add its name to `FinishReason` in `reinloop/state.py` (`FINISH_REASONS` follows by `get_args`);
 2. add one `Breaker` to `BREAKERS` below, where its priority puts it. Its template may use the placeholders
    `circuit_break` fills: {iteration}, {tokens}, {budget}, {errors}, {threshold}, {last_error},
-   {max_repeats}, {loop_window}, {repeats_after_feedback}, {repeated}, {tool_attempts}, {max_tool_attempts},
-   {round_steps}.
+   {max_repeats}, {loop_window}, {repeats_after_feedback}, {repeats_after_cache}, {horizon}, {repeated},
+   {tool_attempts}, {max_tool_attempts}, {round_steps}.
 Nothing else changes: the router sends every reason but `answered` to `circuit_break`, and the CLI reads the
 exit code from here. Importing this module checks that the table and `FinishReason` agree.
 """
@@ -105,8 +105,9 @@ BREAKERS: tuple[Breaker, ...] = (
     Breaker(
         "dead_loop",
         _dead_loop,
-        "Stopped: a dead loop. The same call was repeated more than {repeats_after_feedback} times after it "
-        "was answered from cache or refused, within {loop_window} decisions: {repeated}",
+        "Stopped: a dead loop. The same call was repeated after it was refused more than "
+        "{repeats_after_feedback} times, or answered from cache more than {repeats_after_cache} times, within "
+        "{horizon} decisions: {repeated}",
         exit_code=5,
     ),
     Breaker(

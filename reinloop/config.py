@@ -77,8 +77,18 @@ class AgentConfig(BaseModel):
         3,
         ge=0,
         description=(
-            "Identical calls still answered (from cache, or refused again) within loop_window after the model "
-            "was answered from cache or refused for that call; one more ends the run as dead_loop."
+            "Identical calls still refused within the dead-loop horizon after the model was refused for that "
+            "call; one more ends the run as dead_loop."
+        ),
+    )
+    repeats_after_cache: int = Field(
+        5,
+        ge=0,
+        description=(
+            "Identical calls still answered from cache within the dead-loop horizon after the first answer "
+            "from cache; one more ends the run as dead_loop. Larger than repeats_after_feedback: a repeat "
+            "answered from cache runs nothing and gives the model what it asked for, where a refused call "
+            "is one the model cannot get anything from."
         ),
     )
     tool_timeout_s: float = Field(

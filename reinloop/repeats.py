@@ -5,8 +5,9 @@ window is the last `loop_window` decisions that called tools, the current one in
 state holds what became of each call of the earlier ones (observe records it), so a resumed run keeps it.
 Each requested call is judged in order, by the first rule that applies:
 
-1. The model was already answered from cache or refused for this call more than `repeats_after_feedback`
-   times in the window: refused (`repeat_after_feedback`), and `dead_loop` ends the run.
+1. The model was already refused for this call more than `repeats_after_feedback` times, or answered from
+   cache for it more than `repeats_after_cache` times, within the dead-loop horizon (`horizon`): refused
+   (`repeat_after_feedback`), and `dead_loop` ends the run.
 2. Its latest outcome in the window is a success (it ran, or was answered from cache) and the tool is
    cacheable: answered from cache, that is with the earlier observation and a note; it does not run.
 3. It is requested more than `max_repeats` times in the window (the seeds' dead-loop rule): refused with
@@ -41,8 +42,8 @@ REPEATED_CALL_TEMPLATE = (
     "Error: not run: this call came {count} times in {window} decisions. Change the arguments or the tool, or answer."
 )
 DEAD_LOOP_TEMPLATE = (
-    "Error: not run. This exact {name!r} call was already answered from cache or refused {count} times in "
-    "the last {window} decisions, and repeating it again ends the run as a dead loop."
+    "Error: not run. This exact {name!r} call was already {answered} {count} times in the last {window} "
+    "decisions, and repeating it again ends the run as a dead loop."
 )
 # Rejections that are feedback on the repetition itself, not on the call.
 REFUSALS: frozenset[ErrorKind] = frozenset({"repeated_call", "repeat_after_feedback"})
@@ -55,7 +56,9 @@ class RepeatGuard:
     settings: AgentConfig
     registry: ToolRegistry
     requests: Counter[str] = field(default_factory=Counter)
-    feedback: Counter[str] = field(default_factory=Counter)
+    # Feedback on each call within the horizon: its answers from cache, and its refusals.
+    cached: Counter[str] = field(default_factory=Counter)
+    refused: Counter[str] = field(default_factory=Counter)
     # The latest success of each call (None after a failure), as the observation the model was sent.
     results: dict[str, str | None] = field(default_factory=dict)
 
@@ -69,7 +72,8 @@ class RepeatGuard:
         # Repeats after feedback are counted over a longer window, or a dead loop could never trip once
         # repeats_after_feedback reaches loop_window - 1.
         for records in _earlier(window, horizon(settings)):
-            guard.feedback.update(entry["signature"] for entry in records if entry["outcome"] in ("cached", "refused"))
+            guard.cached.update(entry["signature"] for entry in records if entry["outcome"] == "cached")
+            guard.refused.update(entry["signature"] for entry in records if entry["outcome"] == "refused")
         return guard
 
     def judge(self, check: CallCheck) -> CallCheck:
@@ -77,19 +81,31 @@ class RepeatGuard:
         cache, or refused."""
         signature, window = check["signature"], self.settings.loop_window
         self.requests[signature] += 1
-        if self.feedback[signature] > self.settings.repeats_after_feedback:
-            count = self.feedback[signature]
-            message = DEAD_LOOP_TEMPLATE.format(name=check["name"], count=count, window=window)
-            judged: CallCheck = {**check, "error_kind": "repeat_after_feedback", "error": message}
-        elif (cached := self._cached(check)) is not None:
-            judged = {**check, "cached": cached}
-        elif (count := self.requests[signature]) > self.settings.max_repeats:
+        if (dead := self._dead_loop(check)) is not None:
+            self.refused[signature] += 1
+            return dead
+        if (cached := self._cached(check)) is not None:
+            self.cached[signature] += 1
+            return {**check, "cached": cached}
+        if (count := self.requests[signature]) > self.settings.max_repeats:
+            self.refused[signature] += 1
             message = REPEATED_CALL_TEMPLATE.format(count=count, window=window)
-            judged = {**check, "error_kind": "repeated_call", "error": message}
+            return {**check, "error_kind": "repeated_call", "error": message}
+        return check
+
+    def _dead_loop(self, check: CallCheck) -> CallCheck | None:
+        """`check` refused as a dead loop, if the model kept repeating it after feedback; else None."""
+        signature, settings = check["signature"], self.settings
+        if self.refused[signature] > settings.repeats_after_feedback:
+            answered, count = "refused", self.refused[signature]
+        elif self.cached[signature] > settings.repeats_after_cache:
+            answered, count = "answered from cache", self.cached[signature]
         else:
-            return check
-        self.feedback[signature] += 1
-        return judged
+            return None
+        message = DEAD_LOOP_TEMPLATE.format(
+            name=check["name"], answered=answered, count=count, window=horizon(settings)
+        )
+        return {**check, "error_kind": "repeat_after_feedback", "error": message}
 
     def _cached(self, check: CallCheck) -> str | None:
         entry = self.registry.get(check["name"])
@@ -120,8 +136,8 @@ def record(check: CallCheck, outcome: ToolOutcome | None) -> CallRecord:
 
 def horizon(settings: AgentConfig) -> int:
     """The decisions the dead-loop rule looks back over: loop_window, and one more per allowed repeat after
-    feedback."""
-    return settings.loop_window + settings.repeats_after_feedback
+    feedback (of the larger allowance)."""
+    return settings.loop_window + max(settings.repeats_after_feedback, settings.repeats_after_cache)
 
 
 def _earlier(window: list[list[CallRecord]], size: int) -> list[list[CallRecord]]:

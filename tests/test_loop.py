@@ -252,12 +252,15 @@ def test_an_identical_call_after_a_failure_is_refused_once_it_exceeds_max_repeat
     assert (result["finish_reason"], result["consecutive_errors"]) == ("answered", max_repeats)
 
 
-@pytest.mark.parametrize("repeats_after_feedback", [0, 1, 2])
-def test_dead_loop_trips_only_after_the_allowed_repeats_after_feedback(repeats_after_feedback):
+@pytest.mark.parametrize("repeats_after_cache", [0, 1, 2])
+def test_dead_loop_trips_only_after_the_allowed_repeats_answered_from_cache(repeats_after_cache):
     fetch, runs = counting_tool()
-    calls = 2 + repeats_after_feedback  # a run, the feedback (an answer from cache), the allowed repeats
+    calls = 2 + repeats_after_cache  # a run, the feedback (an answer from cache), the allowed repeats
     script = [tool_call("fetch", {"page": 1})] * (calls + 1)
-    agent, model = make_agent(script, tools=[fetch], repeats_after_feedback=repeats_after_feedback, loop_window=5)
+    # repeats_after_feedback=0: refusals are counted apart, and there are none here
+    agent, model = make_agent(
+        script, tools=[fetch], repeats_after_cache=repeats_after_cache, repeats_after_feedback=0, loop_window=5
+    )
     result = agent.invoke({"task": "t"}, THREAD)
     assert (result["finish_reason"], result["iteration"], runs) == ("dead_loop", calls + 1, [1])
     assert model.remaining == 0
@@ -328,7 +331,8 @@ def test_every_escalation_stays_within_the_iteration_and_token_budgets(looping, 
     # Guards that never break here (huge limits) still cannot keep a run going past its budgets.
     rounds = itertools.count()
     model = ScriptedChatModel(respond=lambda messages: LOOPING_MODELS[looping](next(rounds)), max_calls=40)
-    limits = {"repeats_after_feedback": 1_000, "error_threshold": 1_000, "max_iterations": 30, **budget}
+    never = {"repeats_after_feedback": 1_000, "repeats_after_cache": 1_000, "error_threshold": 1_000}
+    limits = {**never, "max_iterations": 30, **budget}
     summarizer = ScriptedChatModel(respond=lambda messages: "earlier steps")
     agent = build_agent(model, [add, explode], config=AgentConfig(**limits), summary_model=summarizer)
     result = agent.invoke({"task": "t"}, THREAD)

@@ -193,16 +193,17 @@ def test_validate_args_answers_an_identical_call_after_a_success_from_cache():
 
 def test_validate_args_ends_a_repeat_after_more_feedback_than_allowed_as_a_dead_loop():
     window = [[rec("ok", "3")], [rec("cached", "3")]]
-    assert judged(window, repeats_after_feedback=1)[0]["cached"] == "3"  # one repeat after the feedback
-    (checked,) = judged(window, repeats_after_feedback=0)
+    assert judged(window, repeats_after_cache=1)[0]["cached"] == "3"  # one repeat after the feedback
+    # answers from cache and refusals are counted apart: no refusal here, so repeats_after_feedback=0 allows it
+    assert judged(window, repeats_after_cache=1, repeats_after_feedback=0)[0]["cached"] == "3"
+    (checked,) = judged(window, repeats_after_cache=0)
     assert checked["error_kind"] == "repeat_after_feedback" and "ends the run as a dead loop" in checked["error"]
-    (checked,) = judged([[rec("refused")], [rec("refused")]], repeats_after_feedback=1)
-    assert checked["error_kind"] == "repeat_after_feedback"
+    assert "answered from cache 1 times" in checked["error"]
+    (checked,) = judged([[rec("refused")], [rec("refused")]], repeats_after_feedback=1, repeats_after_cache=5)
+    assert checked["error_kind"] == "repeat_after_feedback" and "refused 2 times" in checked["error"]
     # within one decision: the third identical call after a success is the second repeat after feedback
     calls = [call("add", {"a": 1, "b": 2}, f"c{n}") for n in range(3)]
-    kinds = [
-        (c["error_kind"], c.get("cached")) for c in judged([[rec("ok", "3")]], calls=calls, repeats_after_feedback=1)
-    ]
+    kinds = [(c["error_kind"], c.get("cached")) for c in judged([[rec("ok", "3")]], calls=calls, repeats_after_cache=1)]
     assert kinds == [(None, "3"), (None, "3"), ("repeat_after_feedback", None)]
 
 
@@ -280,7 +281,7 @@ def test_observe_sends_answers_from_cache_and_refusals_and_records_what_became_o
     ]
     earlier = [[rec("ok", "x", signature=f"s{n}")] for n in range(3)]
     state = {"decision": act([]), "checks": checks, "tool_results": results, "call_window": earlier}
-    update = frozen_call(observe, state, make_context(loop_window=2, repeats_after_feedback=1))
+    update = frozen_call(observe, state, make_context(loop_window=2, repeats_after_feedback=1, repeats_after_cache=0))
     assert [(m.content, m.status) for m in update["messages"]] == [
         (CACHED_RESULT_TEMPLATE.format(result="4"), "success"),
         ("Error: not run", "error"),
@@ -288,7 +289,7 @@ def test_observe_sends_answers_from_cache_and_refusals_and_records_what_became_o
         ("Error: boom", "error"),
     ]
     assert CACHED_RESULT_TEMPLATE.format(result="4").endswith("\n4")
-    # the last loop_window + repeats_after_feedback decisions
+    # the last loop_window + max(repeats_after_feedback, repeats_after_cache) decisions
     assert update["call_window"] == [
         *earlier[-2:],
         [

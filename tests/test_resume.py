@@ -66,7 +66,7 @@ def test_resume_after_a_dead_loop_forgets_the_recent_calls():
 
     # a run, an answer from cache, one allowed repeat after it, and the repeat that is a dead loop
     script = [tool_call("fetch", {"page": 1})] * 4 + [tool_call("fetch", {"page": 1}), "page 1"]
-    agent, _ = make_agent(script, tools=[fetch], repeats_after_feedback=1)
+    agent, _ = make_agent(script, tools=[fetch], repeats_after_cache=1)
     assert agent.invoke({"task": "t"}, THREAD)["finish_reason"] == "dead_loop"
     assert runs == [1]
     result = resume(agent, THREAD, hint="Fetch it once more if you must.")

@@ -16,6 +16,7 @@ from reinloop.breakers import breaker, tool_attempt_limit
 from reinloop.config import round_steps
 from reinloop.context import AgentContext
 from reinloop.errors import InvariantError
+from reinloop.repeats import horizon
 from reinloop.state import NO_USAGE, AgentState
 from reinloop.text import truncate
 
@@ -46,6 +47,8 @@ def circuit_break(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
         tool_attempts=state.get("tool_attempts", 0),
         max_tool_attempts=tool_attempt_limit(state, ctx.settings),
         repeats_after_feedback=ctx.settings.repeats_after_feedback,
+        repeats_after_cache=ctx.settings.repeats_after_cache,
+        horizon=horizon(ctx.settings),
         round_steps=round_steps(ctx.settings.max_parse_retries),
         repeated=", ".join(
             check["signature"] for check in state.get("checks", []) if check["error_kind"] == "repeat_after_feedback"
