@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeAlias
 
+import httpx
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig
+from langgraph.pregel.remote import RemoteGraph
+from langgraph.types import StateSnapshot
 
 from reinloop.errors import ConfigurationError, ResumeError
 from reinloop.graph import CHECK_FINISH, CompiledAgent, recursion_limit
 from reinloop.state import FRESH_BUDGETS
 
-__all__ = ["HINT_TEMPLATE", "prepare_resume", "resume"]
+__all__ = ["HINT_TEMPLATE", "Resumable", "prepare_resume", "resume"]
 
 HINT_TEMPLATE = "Hint from the operator, who resumed this run after it stopped: {hint}"
 
+Resumable: TypeAlias = CompiledAgent | RemoteGraph
+"""An agent `build_agent` made, or one served by LangGraph Server reached through a `RemoteGraph`."""
+
 
 def resume(
-    agent: CompiledAgent,
+    agent: Resumable,
     config: RunnableConfig,
     *,
     extra_iterations: int | None = None,
@@ -32,7 +38,7 @@ def resume(
 
 
 def prepare_resume(
-    agent: CompiledAgent,
+    agent: Resumable,
     config: RunnableConfig,
     *,
     extra_iterations: int | None = None,
@@ -46,16 +52,15 @@ def prepare_resume(
     counters, and the optional `hint` as a message to the model. A thread interrupted mid-step (a crash)
     continues where its checkpoint stopped, like ``agent.invoke(None, config)``; completed tool calls are not
     run again.
+
+    `agent` may be a `RemoteGraph` of an agent on LangGraph Server: the thread is read and updated there.
     """
     thread_id = (config.get("configurable") or {}).get("thread_id")
     if thread_id is None:
         raise ResumeError('config needs the thread to resume: {"configurable": {"thread_id": ...}}')
     if extra_iterations is not None and extra_iterations < 1:
         raise ConfigurationError(f"extra_iterations must be at least 1, got {extra_iterations!r}")
-    try:
-        snapshot = agent.get_state(config)
-    except ValueError as exc:  # no checkpointer
-        raise ResumeError(f"cannot resume thread {thread_id!r}: {exc}") from None
+    snapshot = _saved(agent, config, thread_id)
     values = snapshot.values
     if not values:
         raise ResumeError(f"no saved state for thread {thread_id!r}")
@@ -82,7 +87,23 @@ def prepare_resume(
     )
 
 
-def _covering(config: RunnableConfig, agent: CompiledAgent, rounds: int | None) -> RunnableConfig:
+def _saved(agent: Resumable, config: RunnableConfig, thread_id: str) -> StateSnapshot:
+    try:
+        return agent.get_state(config)
+    except ValueError as exc:  # no checkpointer
+        raise ResumeError(f"cannot resume thread {thread_id!r}: {exc}") from None
+    except httpx.HTTPStatusError as exc:  # from a RemoteGraph: 404 is an unknown thread
+        if exc.response.status_code != httpx.codes.NOT_FOUND:
+            raise
+        raise ResumeError(f"no saved state for thread {thread_id!r} on the server") from None
+    except TypeError:
+        # RemoteGraph.get_state (langgraph 1.2) fails reading a thread that exists but has no checkpoint yet.
+        if not isinstance(agent, RemoteGraph):
+            raise
+        raise ResumeError(f"thread {thread_id!r} has not run yet; invoke it with a task") from None
+
+
+def _covering(config: RunnableConfig, agent: Resumable, rounds: int | None) -> RunnableConfig:
     """`config` with a recursion limit that lets `rounds` more rounds run (None: the agent's own budget)."""
     if rounds is None or "recursion_limit" in config:
         return config

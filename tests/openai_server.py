@@ -26,7 +26,8 @@ class JsonHandler(BaseHTTPRequestHandler):
 
 class ScriptedOpenAIServer:
     """Answers /v1/chat/completions from a queue of replies: a string (text) or {"tool": name, "args": {...}}.
-    Records every request body; an exhausted script answers HTTP 500."""
+    Records every request body; an exhausted script answers HTTP 500. A request with ``"stream": true`` gets
+    the reply as one server-sent chunk."""
 
     def __init__(self) -> None:
         self.replies: list[Any] = []
@@ -85,6 +86,28 @@ class ScriptedOpenAIServer:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                self.send_json(*server._completion(body))
+                status, payload = server._completion(body)
+                if status == 200 and body.get("stream"):
+                    self.send_events([_as_chunk(payload)])
+                else:
+                    self.send_json(status, payload)
+
+            def send_events(self, events: list[dict[str, Any]]) -> None:
+                data = b"".join(f"data: {json.dumps(event)}\n\n".encode() for event in events) + b"data: [DONE]\n\n"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
         return Handler
+
+
+def _as_chunk(completion: dict[str, Any]) -> dict[str, Any]:
+    """A whole chat completion as one streamed chunk: the message as the delta, tool calls indexed."""
+    (choice,) = completion["choices"]
+    delta = dict(choice["message"])
+    if "tool_calls" in delta:
+        delta["tool_calls"] = [{"index": n, **call} for n, call in enumerate(delta["tool_calls"])]
+    return {**completion, "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": choice["finish_reason"]}]}  # fmt: skip

@@ -39,7 +39,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
-from pebble import ProcessExpired, ProcessPool
+from pebble import ProcessExpired, ProcessFuture, ProcessPool
 
 from reinloop.drivers import Steps, adrive, drive, io
 from reinloop.state import ErrorKind
@@ -313,7 +313,9 @@ def _in_process(
     # pebble kills the worker once the task has run `timeout_s` (counted from when a worker took it) and
     # starts a replacement; a worker that dies is reported as ProcessExpired.
     task = (tool, args, check, timeout_s, config)
-    future = _worker_pool().schedule(_run_in_worker, args=task, timeout=timeout_s)
+    schedule = partial(_schedule, task, timeout_s)
+    # Off the event loop under the async driver: a cold pool starts its workers, which blocks.
+    future = yield from io(schedule, partial(asyncio.to_thread, schedule))
     wait_s = timeout_s + WORKER_WAIT_S
     try:
         return (yield from io(partial(future.result, timeout=wait_s), partial(_await_future, future, wait_s)))
@@ -327,6 +329,10 @@ def _in_process(
         # A no-op once the call is done. Otherwise (our wait ran out, or the caller was interrupted or
         # cancelled) it makes pebble kill the worker, so an abandoned call does not keep running.
         future.cancel()
+
+
+def _schedule(task: tuple[Any, ...], timeout_s: float) -> ProcessFuture[ToolRun]:
+    return _worker_pool().schedule(_run_in_worker, args=task, timeout=timeout_s)
 
 
 async def _await_future(future: concurrent.futures.Future[T], timeout_s: float) -> T:

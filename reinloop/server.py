@@ -1,0 +1,100 @@
+"""The agent LangGraph Server serves: `langgraph.json` at the repository root names `make_agent`.
+
+Its model and tools come from environment settings, read once, when the server first asks for the graph:
+
+- ``REINLOOP_MODEL``: a model string (``openai:gpt-4o-mini``), a model's name at ``REINLOOP_BASE_URL``, or
+  ``local``; ``REINLOOP_BASE_URL``: an OpenAI-compatible server; ``REINLOOP_PROTOCOL``: how the model states
+  its decisions. As the `reinloop` command picks a model (`model_from_settings`): with none of them and no
+  ``OPENAI_API_KEY``, the embedded local model, whose server runs until the process exits.
+- ``REINLOOP_TOOLS``: names from `default_toolset`, comma-separated (default: all of them), working in
+  ``REINLOOP_WORKSPACE`` (default ``reinloop-workspace``); ``REINLOOP_WEATHER_URL`` adds the weather tool.
+- ``REINLOOP_<FIELD>``: any `AgentConfig` field, e.g. ``REINLOOP_MAX_ITERATIONS=30``.
+
+The platform provides the checkpointer and the store (long-term memory recalls only from a store with an
+index, set in langgraph.json), so the agent is built without either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import os
+import threading
+from contextlib import ExitStack
+from pathlib import Path
+
+from langchain_core.tools import BaseTool
+
+from reinloop.config import AgentConfig
+from reinloop.errors import ConfigurationError
+from reinloop.graph import CompiledAgent, build_agent
+from reinloop.models import ChosenModel, model_from_settings
+from reinloop.tools.toolset import default_toolset
+
+__all__ = ["ENV_PREFIX", "agent_from_environment", "config_from_environment", "make_agent"]
+
+ENV_PREFIX = "REINLOOP_"
+DEFAULT_WORKSPACE = "reinloop-workspace"
+# Read by `model_from_settings`, which also sets the AgentConfig's protocol from it.
+_MODEL_SETTINGS = ("model", "base_url", "protocol")
+
+_lock = threading.Lock()
+_served: list[CompiledAgent] = []
+_resources = ExitStack()  # the embedded model's server, stopped when the process exits
+atexit.register(_resources.close)
+
+
+async def make_agent() -> CompiledAgent:
+    """The graph factory for LangGraph Server: the agent the environment describes, built on the first call.
+
+    Async, so that the first build (which may start the embedded model's server) runs in a worker thread and
+    never blocks the server's event loop; every later call returns the same agent.
+    """
+    if _served:
+        return _served[0]
+    return await asyncio.to_thread(_serve)
+
+
+def _serve() -> CompiledAgent:
+    with _lock:
+        if not _served:
+            _served.append(agent_from_environment(_resources))
+        return _served[0]
+
+
+def agent_from_environment(resources: ExitStack) -> CompiledAgent:
+    """The agent the ``REINLOOP_*`` settings describe, with no checkpointer or store; what must outlive the
+    call (the embedded model's server) is entered into `resources`, only once the agent is built."""
+    with ExitStack() as attempt:  # a bad setting stops the embedded model's server again
+        chosen = attempt.enter_context(model_from_settings(*(_setting(name) for name in _MODEL_SETTINGS)))
+        config = config_from_environment(chosen)
+        agent = build_agent(chosen.model, _tools(chosen), config=config, protocol=chosen.decision_protocol)
+        resources.enter_context(attempt.pop_all())
+    return agent
+
+
+def config_from_environment(chosen: ChosenModel) -> AgentConfig:
+    """The `AgentConfig` for `chosen`: what suits the model, then each ``REINLOOP_<FIELD>`` that is set."""
+    fields = set(AgentConfig.model_fields) - set(_MODEL_SETTINGS)
+    given = {name: value for name in sorted(fields) if (value := _setting(name)) is not None}
+    return AgentConfig(**{"protocol": chosen.protocol, **chosen.config, **given})
+
+
+def _tools(chosen: ChosenModel) -> list[BaseTool]:
+    workspace = Path(_setting("workspace") or DEFAULT_WORKSPACE)
+    toolset = default_toolset(workspace, model=chosen.model, weather_base_url=_setting("weather_url"))
+    wanted = _setting("tools")
+    if wanted is None:
+        return toolset
+    names = [name.strip() for name in wanted.split(",") if name.strip()]
+    by_name = {tool.name: tool for tool in toolset}
+    unknown = [name for name in names if name not in by_name]
+    if unknown or not names:
+        problem = f"unknown tools {', '.join(map(repr, unknown))}" if unknown else "no tool"
+        raise ConfigurationError(f"{ENV_PREFIX}TOOLS={wanted!r} names {problem}; choose from {', '.join(by_name)}")
+    return [by_name[name] for name in names]
+
+
+def _setting(name: str) -> str | None:
+    """The environment setting for `name` (``REINLOOP_<NAME>``), None when unset or blank."""
+    return os.environ.get(ENV_PREFIX + name.upper()) or None
