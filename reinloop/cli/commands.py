@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.constants import INTERRUPT
 from langgraph.types import Command, Interrupt
 from rich.console import Console
 
@@ -30,6 +29,9 @@ SETTINGS = ("model", "base_url", "workspace", "protocol", "approve")
 # The toolset's tools whose calls wait for the person at the terminal unless --approve names others: those
 # that change files and data.
 DEFAULT_APPROVALS = ("file_write", "db_insert")
+# The key of a `stream_mode="updates"` chunk holding the interrupts a run stopped at (LangGraph made its own
+# constant for it private).
+INTERRUPTS_KEY = "__interrupt__"
 LIMITS = ("max_iterations", "error_threshold", "tool_timeout_s", "context_token_budget", "run_token_budget")
 RATES = ("fault_rate", "tool_fault_rate", "correct_rate", "runaway_rate", "stubborn_rate")
 
@@ -106,7 +108,7 @@ def _until_stopped(agent: Any, payload: Any, config: RunnableConfig, printer: di
     waiting: list[Interrupt] = []
     for update in agent.stream(payload, config, stream_mode="updates"):
         for node, values in update.items():
-            if node == INTERRUPT:
+            if node == INTERRUPTS_KEY:
                 waiting.extend(values)
             else:
                 printer.update(node, values or {})
