@@ -35,6 +35,7 @@ class AgentContext:
     tool_tokens: int  # what the tool schemas the protocol sends beside the messages cost
     state_keys: frozenset[str] = AGENT_STATE_KEYS  # the state's keys: what InjectedState and ToolRuntime.state read
     tool_keys: frozenset[str] = frozenset()  # the state_schema's own keys, which tools may write with a Command
+    approvals: frozenset[str] = frozenset()  # the tools whose calls wait for a person's approval (`reinloop.approvals`)
 
     @classmethod
     def create(
@@ -45,6 +46,7 @@ class AgentContext:
         chat_model: Any,
         summarizer: Any = None,
         state_schema: type[Any] = AgentState,
+        approvals: frozenset[str] = frozenset(),
     ) -> AgentContext:
         instructions = protocol.instructions(registry)
         system_prompt = "\n\n".join(part for part in (settings.system_prompt, instructions) if part) or None
@@ -60,5 +62,15 @@ class AgentContext:
         check_state_fields(((entry.name, entry.injection) for entry in registry), keys)
         tool_keys = keys - AGENT_STATE_KEYS
         return cls(
-            settings, registry, protocol, bound, system_prompt, summarizer, counter, tool_tokens, keys, tool_keys
+            settings,
+            registry,
+            protocol,
+            bound,
+            system_prompt,
+            summarizer,
+            counter,
+            tool_tokens,
+            keys,
+            tool_keys,
+            approvals,
         )

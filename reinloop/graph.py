@@ -31,6 +31,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
 from langgraph.types import Command, RetryPolicy, Send
 
+from reinloop.approvals import approval_tools
 from reinloop.breakers import steps_to_stop
 from reinloop.checkpoint import CONFIG_KEY_DURABILITY, check_checkpointer
 from reinloop.config import MAX_PARSE_RETRIES, AgentConfig, round_steps
@@ -148,6 +149,7 @@ def build_agent(
     summary_model: BaseChatModel | str | None = None,
     name: str = "reinloop",
     state_schema: type[Any] = AgentState,
+    approve: Sequence[str] | None = None,
 ) -> CompiledAgent:
     """The agent loop as a compiled LangGraph graph. Invoke it with ``{"task": "..."}``.
 
@@ -161,6 +163,9 @@ def build_agent(
     `summary_model`, by default the agent's model. `state_schema` extends `AgentState` with keys of your own
     (``class MyState(AgentState): cart: list[str]``), which tools read through `InjectedState` or
     `ToolRuntime.state` and write by returning ``Command(update=...)`` (`reinloop.tools.commands`).
+    `approve` names tools whose calls wait for a person to approve, edit or reject them before they run (a
+    LangGraph interrupt, answered with ``Command(resume=...)``: `reinloop.approvals`); tools may also declare
+    it themselves. Approvals need a `checkpointer`.
     """
     if config is None:
         config = AgentConfig()
@@ -169,7 +174,8 @@ def build_agent(
     registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
     chat_model = resolve_model(model)
     summarizer = resolve_model(summary_model) if summary_model is not None else chat_model
-    ctx = _context(chat_model, registry, config, get_protocol(config, protocol), summarizer, state_schema)
+    approvals = approval_tools(registry, approve, has_checkpointer=checkpointer is not None)
+    ctx = _context(chat_model, registry, config, get_protocol(config, protocol), summarizer, state_schema, approvals)
 
     model_retry = RetryPolicy(
         initial_interval=config.model_retry_backoff_s,
@@ -307,9 +313,10 @@ def _context(
     protocol: DecisionProtocol,
     summarizer: BaseChatModel,
     state_schema: type[Any],
+    approvals: frozenset[str],
 ) -> AgentContext:
     try:
-        ctx = AgentContext.create(config, registry, protocol, chat_model, summarizer, state_schema)
+        ctx = AgentContext.create(config, registry, protocol, chat_model, summarizer, state_schema, approvals)
     except NotImplementedError:
         raise ConfigurationError(
             f"{type(chat_model).__name__} does not support native tool calling (bind_tools); "

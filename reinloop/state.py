@@ -68,6 +68,7 @@ ErrorKind = Literal[
     "empty_result",  # the tool "succeeded" with an empty or meaningless result (pseudo-success)
     "unknown_outcome",  # a non-idempotent call was in flight when the process died; it is not run again
     "over_budget",  # the run's max_tool_attempts was used up before this call could run
+    "rejected",  # a person rejected the call before it ran (`reinloop.approvals`); their reason is the feedback
 ]
 
 
@@ -111,6 +112,9 @@ class CallCheck(TypedDict):
     # The observation of an identical call that succeeded within loop_window, sent back (after a note) instead
     # of running this one. Absent or None: the call runs (error_kind None) or was rejected.
     cached: NotRequired[str | None]
+    # A person's review of a call of a tool that needs approval (`reinloop.approvals`): approved as the model
+    # sent it, run with the person's arguments (`args` and `signature` are theirs), or rejected. Absent: no review.
+    review: NotRequired[Literal["approved", "edited", "rejected"]]
 
 
 def runs(check: CallCheck) -> bool:

@@ -9,11 +9,20 @@ fail after the run had gone on, and calls made meanwhile would run again on resu
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["INT_RANGE", "MAX_ARGS_CHARS", "MAX_DEPTH", "clean_text", "clean_value", "storage_problem"]
+__all__ = [
+    "INT_RANGE",
+    "MAX_ARGS_CHARS",
+    "MAX_DEPTH",
+    "args_problem",
+    "clean_text",
+    "clean_value",
+    "storage_problem",
+]
 
 # msgpack stores signed and unsigned 64-bit integers, nothing wider.
 INT_RANGE = (-(2**63), 2**64 - 1)
@@ -71,3 +80,12 @@ def storage_problem(value: Any, max_depth: int = MAX_DEPTH) -> str | None:
             continue
         return f"a value of type {type(item).__name__}"
     return None
+
+
+def args_problem(args: Any) -> str | None:
+    """Why a checkpointer cannot store these tool-call arguments (or they are too large), or None."""
+    if problem := storage_problem(args):
+        return problem
+    # Safe now: storage_problem bounded the nesting and the types.
+    chars = len(json.dumps(args, ensure_ascii=False))
+    return f"{chars} characters of JSON" if chars > MAX_ARGS_CHARS else None

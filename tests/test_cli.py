@@ -27,12 +27,12 @@ def home(tmp_path):
     return tmp_path
 
 
-def cli(*args, home: Path, env: dict | None = None, timeout: float = 120):
+def cli(*args, home: Path, env: dict | None = None, timeout: float = 120, stdin: str | None = None):
     environment = {**os.environ, "HOME": str(home), "REINLOOP_DB": str(home / "runs.sqlite"), **(env or {})}
     environment["PYTHONPATH"] = os.pathsep.join(filter(None, [CHECKOUT, os.environ.get("PYTHONPATH")]))
     environment.pop("OPENAI_API_KEY", None) if "OPENAI_API_KEY" not in (env or {}) else None
     return subprocess.run([REINLOOP, *args], capture_output=True, text=True, timeout=timeout, env=environment,
-                          cwd=home, check=False)  # fmt: skip
+                          cwd=home, check=False, input=stdin)  # fmt: skip
 
 
 def run_args(server, *extra):

@@ -7,8 +7,12 @@ per finish reason, from `reinloop.breakers.BREAKERS` (0 answered, 3 max_iteratio
 5 dead_loop, 6 token_budget, 7 max_tool_attempts, 8 step_limit); 2 for a usage or set-up problem (one line,
 no traceback, saved state untouched), 1 for an unexpected failure.
 
-`parser` reads the command line, `commands` does each command, `display` prints what they return; text
-from models and tools is printed as text, never read as rich markup.
+Calls of tools that need approval (`--approve`; by default file_write and db_insert) stop the run until the
+person at the terminal approves, edits or rejects them (`--yes` approves them all).
+
+`parser` reads the command line, `commands` does each command, `display` prints what they return, `review`
+asks about calls that wait for approval; text from models and tools is printed as text, never read as rich
+markup.
 """
 
 from __future__ import annotations

@@ -14,17 +14,24 @@ from pathlib import Path
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.types import Command, Interrupt
 from rich.console import Console
 
 from reinloop.checkpoint import database_label, is_postgres_url, open_checkpointer
-from reinloop.cli import EXIT_CODES, CommandError, display
+from reinloop.cli import EXIT_CODES, CommandError, display, review
 from reinloop.errors import ReinloopError
 from reinloop.state import read_input
 
 __all__ = ["default_db", "evaluate", "graph", "history", "resume", "run", "show"]
 
 # Run settings saved with each checkpoint (never keys), so `resume` rebuilds the same agent.
-SETTINGS = ("model", "base_url", "workspace", "protocol")
+SETTINGS = ("model", "base_url", "workspace", "protocol", "approve")
+# The toolset's tools whose calls wait for the person at the terminal unless --approve names others: those
+# that change files and data.
+DEFAULT_APPROVALS = ("file_write", "db_insert")
+# The key of a `stream_mode="updates"` chunk holding the interrupts a run stopped at (LangGraph made its own
+# constant for it private).
+INTERRUPTS_KEY = "__interrupt__"
 LIMITS = ("max_iterations", "error_threshold", "tool_timeout_s", "context_token_budget", "run_token_budget")
 RATES = ("fault_rate", "tool_fault_rate", "correct_rate", "runaway_rate", "stubborn_rate")
 
@@ -50,7 +57,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
             raise CommandError(f"thread {thread!r} is stopped mid-step; continue it with: reinloop resume {thread}")
         if not args.quiet:
             display.run_header(console, thread, settings["model"], db.location)
-        final = _stream(agent, task_input, config, console, args.quiet)
+        final = _stream(agent, task_input, config, console, args)
         return _finish(final, thread, console, args.quiet)
 
 
@@ -65,23 +72,47 @@ def resume(args: argparse.Namespace, console: Console) -> int:
             if not args.quiet:
                 display.resume_header(console, args.thread, settings["model"])
             prepared = prepare_resume(agent, config, extra_iterations=args.extra_iterations, hint=args.hint)
-            final = _stream(agent, None, prepared, console, args.quiet)
+            final = _stream(agent, None, prepared, console, args)
             return _finish(final, args.thread, console, args.quiet)
 
 
 def _given(args: argparse.Namespace) -> dict[str, Any]:
     workspace = str(args.workspace.resolve()) if args.workspace else None
-    return {"model": args.model, "base_url": args.base_url, "workspace": workspace, "protocol": args.protocol}
+    approve = ",".join(args.approve) if args.approve else None
+    return {"model": args.model, "base_url": args.base_url, "workspace": workspace, "protocol": args.protocol,
+            "approve": approve}  # fmt: skip
 
 
-def _stream(agent: Any, payload: Any, config: RunnableConfig, console: Console, quiet: bool) -> dict[str, Any]:
-    printer = display.StepPrinter(console, quiet)
+def _stream(agent: Any, payload: Any, config: RunnableConfig, console: Console, args: argparse.Namespace) -> Any:
+    """Run until the run ends, answering each approval it stops at (`review`); the thread's final state."""
+    from langgraph.errors import is_invalid_resume
+    from pydantic import ValidationError
+
+    thread = (config.get("configurable") or {})["thread_id"]
+    printer, answer = display.StepPrinter(console, args.quiet), review.reviewer(console, thread, yes=args.yes)
+    waiting: list[Interrupt] = []
+    while True:
+        try:
+            waiting = _until_stopped(agent, payload, config, printer)
+        except ValidationError as exc:
+            if not (waiting and is_invalid_resume(exc)):
+                raise
+            review.invalid_answer(console, exc)  # the same calls wait: ask again
+        if not waiting:
+            return agent.get_state({"configurable": {"thread_id": thread}}).values
+        payload = Command(resume={interrupt.id: answer(interrupt) for interrupt in waiting})
+
+
+def _until_stopped(agent: Any, payload: Any, config: RunnableConfig, printer: display.StepPrinter) -> list[Interrupt]:
+    """Stream the run until it ends or stops at interrupts (approvals), which it returns."""
+    waiting: list[Interrupt] = []
     for update in agent.stream(payload, config, stream_mode="updates"):
         for node, values in update.items():
-            printer.update(node, values or {})
-    thread = (config.get("configurable") or {})["thread_id"]
-    final: dict[str, Any] = agent.get_state({"configurable": {"thread_id": thread}}).values
-    return final
+            if node == INTERRUPTS_KEY:
+                waiting.extend(values)
+            else:
+                printer.update(node, values or {})
+    return waiting
 
 
 def _finish(values: dict[str, Any], thread: str, console: Console, quiet: bool) -> int:
@@ -143,8 +174,9 @@ def _agent(args: argparse.Namespace, settings: dict[str, Any], db: _Database) ->
         workspace = Path(settings["workspace"] or "reinloop-workspace")
         tools = default_toolset(workspace, model=chosen.model, weather_base_url=os.environ.get("REINLOOP_WEATHER_URL"))
         store = None if getattr(args, "no_memory", False) else _memory_store(stack, db.memory_path)
+        approve = settings["approve"].split(",") if settings.get("approve") else DEFAULT_APPROVALS
         agent = build_agent(chosen.model, tools, config=config, checkpointer=db.saver, store=store,
-                            protocol=chosen.decision_protocol)  # fmt: skip
+                            protocol=chosen.decision_protocol, approve=approve)  # fmt: skip
         yield agent, settings
 
 

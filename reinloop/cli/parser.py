@@ -109,5 +109,14 @@ def _agent_options() -> argparse.ArgumentParser:
     options.add_argument("--context-token-budget", type=int)
     options.add_argument("--run-token-budget", type=int)
     options.add_argument("--no-memory", action="store_true", help="no long-term memory store")
+    options.add_argument(
+        "--approve",
+        action="append",
+        metavar="TOOL",
+        help="ask on the terminal before each call of TOOL: approve, edit its arguments, or reject it with a "
+        "reason for the model (repeat for more tools; default: file_write and db_insert, which change files "
+        "and data; resume keeps the run's)",
+    )
+    options.add_argument("--yes", action="store_true", help="approve every call without asking")
     options.add_argument("--quiet", action="store_true", help="print only the final answer")
     return options

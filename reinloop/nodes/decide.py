@@ -30,7 +30,7 @@ from reinloop.memory.usage import add_usage, call_usage
 from reinloop.memory.window import pairing_violations
 from reinloop.prompt import fit_to_budget
 from reinloop.state import FRESH_BUDGETS, NO_USAGE, RAW_KEPT_CHARS, AgentState, Decision, unparsable
-from reinloop.storable import MAX_ARGS_CHARS, MAX_DEPTH, clean_text, clean_value, storage_problem
+from reinloop.storable import MAX_ARGS_CHARS, MAX_DEPTH, args_problem, clean_text, clean_value, storage_problem
 from reinloop.text import truncate
 
 __all__ = ["UNSTORABLE_ARGS_TEMPLATE", "adecide", "build_prompt", "decide"]
@@ -127,7 +127,7 @@ def _storable(decision: Decision, stored: AIMessage | None) -> tuple[Decision, A
     """The decision and the reply message as they can be saved: a call whose arguments cannot be makes the
     reply unparsable, all text is cleaned, and an unparsable reply's text and error are cut."""
     for call in decision["calls"]:
-        if problem := _args_problem(call.get("args")):
+        if problem := args_problem(call.get("args")):
             error = UNSTORABLE_ARGS_TEMPLATE.format(name=call["name"], problem=problem)
             decision, stored = unparsable(_quoted(call), error), None
             break
@@ -136,15 +136,6 @@ def _storable(decision: Decision, stored: AIMessage | None) -> tuple[Decision, A
         return unparsable(truncate(raw, RAW_KEPT_CHARS), truncate(error, RAW_KEPT_CHARS)), None
     decision = clean_value(decision)
     return decision, None if stored is None else _storable_message(stored, decision["calls"])
-
-
-def _args_problem(args: Any) -> str | None:
-    """Why a checkpointer cannot store these tool-call arguments (or they are too large), or None."""
-    if problem := storage_problem(args):
-        return problem
-    # Safe now: storage_problem bounded the nesting and the types.
-    chars = len(json.dumps(args, ensure_ascii=False))
-    return f"{chars} characters of JSON" if chars > MAX_ARGS_CHARS else None
 
 
 def _quoted(call: dict[str, Any]) -> str:

@@ -24,6 +24,9 @@ which are written with the outcome; a Command that writes anything else (reinloo
 window, memory, other messages) or steers the graph (`goto`, `graph`, `resume`) is refused as a whole with
 a `tool_error` observation (`reinloop.tools.commands`).
 
+A call a person edited before it ran (`reinloop.approvals`) runs with their arguments, and its observation
+starts with a note saying so.
+
 The tool gets the call's idempotency key in its config (`reinloop.tools.idempotency_key()`), so a call
 re-run after a crash can find its earlier effect. A tool declared not idempotent is not re-run at all (nor
 retried, unless it is declared retryable): a call of it that was in flight when the process died gets an
@@ -32,11 +35,13 @@ retried, unless it is declared retryable): a call of it that was in flight when 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import patch_config
 
+from reinloop.approvals import EDITED_NOTE
 from reinloop.context import AgentContext
 from reinloop.drivers import Steps, adrive, drive
 from reinloop.state import CallCheck, ErrorKind, InDoubtCall, ToolOutcome
@@ -70,7 +75,9 @@ UNKNOWN_OUTCOME_TEMPLATE = (
     "effect: check with a read-only tool, or tell the user, before calling it again."
 )
 # LangGraph sets this configurable key for the first step of a run that continues a saved thread: the
-# tasks of that step are the ones the saved checkpoint had left to run (in flight at a crash).
+# tasks of that step are the ones the saved checkpoint had left to run (in flight at a crash). An approval's
+# resume (`Command(resume=...)`) continues a saved thread too, but at validate_args, where approvals wait, so
+# execute_tool never runs in its first step (`reinloop.approvals`).
 CONFIG_KEY_RESUMING = "__pregel_resuming"
 
 
@@ -103,6 +110,9 @@ def _execute_tool(check: CallCheck, ctx: AgentContext, config: RunnableConfig) -
     if run.command is not None:
         run, written = settle_command(run.command, check["call_id"], ctx.tool_keys, entry.check_result)
     content = _content(run, name, timeout, made, settings.observation_max_chars)
+    if check.get("review") == "edited":
+        # The model's message still holds the call it made; the result must say it is not that call's.
+        content = EDITED_NOTE.format(args=json.dumps(check["args"], ensure_ascii=False)) + content
     return {**_outcome(check, content, run.error_kind, attempts=made), **written}
 
 

@@ -1,6 +1,7 @@
 """validate_args: check every requested call before anything runs.
 
-Reads `decision`, `parse_retries`, `call_window`, `calls_seen`, `tool_attempts`. Writes `checks` (each with
+Reads `decision`, `parse_retries`, `call_window`, `calls_seen`, `tool_attempts`, and `messages` (the
+model's thought, for a person reviewing a call). Writes `checks` (each with
 its idempotency key and the attempts it may have), `calls_seen`, `parse_retries`, `correction`, and resets
 `tool_results`. Outcomes: a correction hint for a retry of an unparsable reply; exhausted retries (observe
 reports the parse error); a final answer; and for tool calls one `CallCheck` each, judged by the repeat
@@ -11,6 +12,10 @@ loop), or over the run's tool-attempt budget.
 A call ready to run may have `tool_attempts` attempts if its tool is retryable, else one, within what is left
 of `max_tool_attempts`: each call of the round gets its first attempt, in order, before any gets a retry, and
 a call for which not even one is left is refused, so that the budget holds.
+
+A call of a tool that needs approval, ready to run, then waits for a person (`reinloop.approvals`): the run
+interrupts here once per such call, in order, and the call is approved, run with the person's arguments, or
+rejected with their reason as its observation (`rejected`).
 """
 
 from __future__ import annotations
@@ -21,16 +26,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.types import Overwrite
-from pydantic import ValidationError
+from langgraph.types import Overwrite, interrupt
 
+from reinloop.approvals import NO_REASON, REJECTED_TEMPLATE, answer_schema, approval_request, thought_of
 from reinloop.breakers import tool_attempt_limit
 from reinloop.context import AgentContext
 from reinloop.repeats import RepeatGuard
 from reinloop.state import AgentState, CallCheck, Decision, ErrorKind, runs
 from reinloop.text import truncate
 from reinloop.tools.effects import call_key
-from reinloop.tools.registry import RegisteredTool
 
 __all__ = [
     "CLOSE_TOOL_TEMPLATE",
@@ -73,7 +77,8 @@ def validate_args(state: AgentState, ctx: AgentContext, config: RunnableConfig) 
         guard = RepeatGuard.over(state.get("call_window") or [], ctx.settings, ctx.registry)
         checks = [guard.judge(_check_call(call, key, ctx)) for call, key in zip(decision["calls"], keys, strict=True)]
         limit = tool_attempt_limit(state, ctx.settings)
-        update["checks"] = _allot_attempts(checks, limit, limit - state.get("tool_attempts", 0), ctx)
+        checks = _allot_attempts(checks, limit, limit - state.get("tool_attempts", 0), ctx)
+        update["checks"] = [_reviewed(check, state, ctx) if _needs_review(check, ctx) else check for check in checks]
         update["calls_seen"] = seen + len(checks)
     return update
 
@@ -102,13 +107,33 @@ def _allot_attempts(checks: list[CallCheck], limit: int, left: int, ctx: AgentCo
     return allotted
 
 
+def _needs_review(check: CallCheck, ctx: AgentContext) -> bool:
+    return runs(check) and check["name"] in ctx.approvals
+
+
+def _reviewed(check: CallCheck, state: AgentState, ctx: AgentContext) -> CallCheck:
+    """`check` as a person decides: the run waits here (a LangGraph interrupt) until they answer, and this node
+    runs again from its start with the answers so far (`reinloop.approvals`)."""
+    request = approval_request(check, thought_of(state.get("messages", []), check["call_id"]))
+    answer = interrupt(request, response_schema=answer_schema(ctx.registry[check["name"]]))
+    if answer.action == "approve":
+        return {**check, "review": "approved"}
+    if answer.action == "reject":
+        reason = truncate(answer.reason or NO_REASON, ctx.settings.observation_max_chars)
+        error = REJECTED_TEMPLATE.format(name=check["name"], reason=reason)
+        return {**check, "error_kind": "rejected", "error": error, "attempts": 0, "review": "rejected"}
+    # An edit: its arguments passed the tool's schema when the answer was read.
+    args, signature = answer.args or {}, _signature(check["name"], answer.canonical)
+    return {**check, "args": args, "signature": signature, "review": "edited"}
+
+
 def _check_call(call: dict[str, Any], key: str, ctx: AgentContext) -> CallCheck:
     name, args, call_id = call["name"], call.get("args") or {}, call["id"]
     entry = ctx.registry.get(name)
     if entry is None:
         error = _unknown_tool(name, ctx.registry.names)
         return _check(call_id, name, args, _signature(name, args), key, "unknown_tool", error)
-    problems, canonical = _validate(entry, args)
+    problems, canonical = entry.validate(args)
     if problems:
         error = INVALID_ARGS_TEMPLATE.format(name=name, problems="; ".join(problems), signature=entry.signature)
         return _check(call_id, name, args, _signature(name, args), key, "invalid_args", error)
@@ -138,38 +163,6 @@ def _check(
         error_kind=error_kind,
         error=error,
     )
-
-
-def _validate(entry: RegisteredTool, args: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
-    """Problems with `args` under the tool's schema (empty when valid), and the canonical arguments."""
-    if not isinstance(args, dict):
-        return [f"the arguments must be a JSON object, got {type(args).__name__}"], {}
-    schema = entry.schema
-    if schema is None:  # a tool described only by a JSON schema: its own invoke validates
-        return [], args
-    problems = []
-    if not entry.extra_args:
-        # pydantic ignores unknown keys by default, which would hide a misspelled optional argument.
-        known = set(schema.model_fields) | {info.alias for info in schema.model_fields.values() if info.alias}
-        problems = [
-            f"{key}: unexpected argument (expected one of {sorted(schema.model_fields)})"
-            for key in args
-            if key not in known
-        ]
-    try:
-        validated = schema.model_validate(args)
-    except ValidationError as exc:
-        problems += [_describe(error) for error in exc.errors(include_url=False)]
-    if problems:
-        return problems, {}
-    return [], validated.model_dump(mode="json")
-
-
-def _describe(error: Any) -> str:
-    field = ".".join(str(part) for part in error["loc"]) or "arguments"
-    if error["type"] == "missing":
-        return f"{field}: missing (required)"
-    return f"{field}: {error['msg']} (got {truncate(repr(error['input']), 80)})"
 
 
 def _signature(name: str, args: Any) -> str:

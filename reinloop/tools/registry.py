@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.tools import BaseTool, StructuredTool
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from reinloop.errors import ConfigurationError
+from reinloop.text import truncate
 from reinloop.tools.execution import ISOLATIONS, Isolation
 from reinloop.tools.injection import NO_INJECTION, Injection, injection_of
 from reinloop.tools.results import ResultCheck, reject_empty
@@ -25,9 +26,15 @@ RESERVED_TOOL_NAMES = frozenset({"final_answer"})
 # the arguments of `ToolRegistry.add` override it. The policy's keys and their defaults (`retryable` None:
 # as `idempotent`):
 POLICY_KEY = "reinloop"
-_POLICY_DEFAULTS: dict[str, Any] = {"isolation": "thread", "idempotent": True, "retryable": None, "cacheable": True}
+_POLICY_DEFAULTS: dict[str, Any] = {
+    "isolation": "thread",
+    "idempotent": True,
+    "retryable": None,
+    "cacheable": True,
+    "approve": False,
+}
 # The policy keys whose values are True or False (once `retryable`'s default is filled in).
-_FLAGS = ("idempotent", "retryable", "cacheable")
+_FLAGS = ("idempotent", "retryable", "cacheable", "approve")
 
 
 def as_tool(obj: BaseTool | Callable[..., Any]) -> BaseTool:
@@ -64,6 +71,8 @@ class RegisteredTool:
     cacheable: bool
     # the arguments the tool takes besides the model's (ToolRuntime, InjectedState, ...), filled in at the call
     injection: Injection = NO_INJECTION
+    # whether each call waits for a person to approve, edit or reject it before it runs (`reinloop.approvals`)
+    approve: bool = False
 
     @property
     def name(self) -> str:
@@ -77,6 +86,38 @@ class RegisteredTool:
         required = set(self.schema_json.get("required", []))
         args = (f"{arg}{'' if arg in required else '?'}: {_type_text(spec)}" for arg, spec in properties.items())
         return f"{self.name}({', '.join(args)})"
+
+    def validate(self, args: Any) -> tuple[list[str], dict[str, Any]]:
+        """Problems with `args` under the tool's schema (empty when valid), and the canonical arguments: the
+        one validation of a call's arguments, the model's (validate_args) and a person's edit (approvals)."""
+        if not isinstance(args, dict):
+            return [f"the arguments must be a JSON object, got {type(args).__name__}"], {}
+        schema = self.schema
+        if schema is None:  # a tool described only by a JSON schema: its own invoke validates
+            return [], args
+        problems = []
+        if not self.extra_args:
+            # pydantic ignores unknown keys by default, which would hide a misspelled optional argument.
+            known = set(schema.model_fields) | {info.alias for info in schema.model_fields.values() if info.alias}
+            problems = [
+                f"{key}: unexpected argument (expected one of {sorted(schema.model_fields)})"
+                for key in args
+                if key not in known
+            ]
+        try:
+            validated = schema.model_validate(args)
+        except ValidationError as exc:
+            problems += [_describe(error) for error in exc.errors(include_url=False)]
+        if problems:
+            return problems, {}
+        return [], validated.model_dump(mode="json")
+
+
+def _describe(error: Any) -> str:
+    field = ".".join(str(part) for part in error["loc"]) or "arguments"
+    if error["type"] == "missing":
+        return f"{field}: missing (required)"
+    return f"{field}: {error['msg']} (got {truncate(repr(error['input']), 80)})"
 
 
 def _type_text(spec: Any) -> str:
@@ -179,20 +220,25 @@ class ToolRegistry:
         idempotent: bool | None = None,
         retryable: bool | None = None,
         cacheable: bool | None = None,
+        approve: bool | None = None,
     ) -> BaseTool:
         """Register a tool. `check_result` decides what counts as an empty result; `timeout_s` overrides
         the agent's tool timeout for this tool. A duplicate or reserved name raises `ConfigurationError`.
 
-        `isolation`, `idempotent`, `retryable` and `cacheable` default to the tool's own declaration in its
-        metadata (`{"reinloop": {"isolation": "process", "idempotent": False, "retryable": False,
-        "cacheable": False}}`), else "thread", True, the tool's `idempotent`, and True (False for a tool that takes
-        the state, the store or a `ToolRuntime`: `reinloop.tools.injection`). A retryable tool's call
+        `isolation`, `idempotent`, `retryable`, `cacheable` and `approve` default to the tool's own
+        declaration in its metadata (`{"reinloop": {"isolation": "process", "idempotent": False, "retryable":
+        False, "cacheable": False, "approve": True}}`), else "thread", True, the tool's `idempotent`, True
+        (False for a tool that takes the state, the store or a `ToolRuntime`: `reinloop.tools.injection`) and
+        False. A retryable tool's call
         that raises or times out is run again in place (`AgentConfig.tool_attempts`), with the same
         idempotency key; a non-idempotent tool is not, since its failed call may have had its effect, unless
         it says `retryable=True` (it finds its earlier effect by the key, or fails before any effect).
         `cacheable=False` is for a tool whose result changes with time or with other calls' effects (a
         clock, a file read): an identical call soon after a success runs again instead of being answered
         with the earlier result.
+        `approve=True` makes each call of the tool wait for a person to approve, edit or reject it before it
+        runs (`reinloop.approvals`; the agent then needs a checkpointer); `build_agent(approve=[...])` asks for
+        tools by name as well.
         `isolation="process"` runs each call in a warm worker process that is killed at the deadline: for
         tools that may hold the GIL (a catastrophic regex) or call `sys.exit()`. The tool and `check_result`
         are pickled to the worker, so they must be defined at module level (a `BaseTool` subclass, or
@@ -220,7 +266,13 @@ class ToolRegistry:
         # A result that depends on the state, the store or the run may differ for identical arguments.
         defaults = {"cacheable": False} if injection.reads_run else {}
         policy = _policy(
-            lc_tool, defaults, isolation=isolation, idempotent=idempotent, retryable=retryable, cacheable=cacheable
+            lc_tool,
+            defaults,
+            isolation=isolation,
+            idempotent=idempotent,
+            retryable=retryable,
+            cacheable=cacheable,
+            approve=approve,
         )
         if policy["isolation"] == "process":
             _require_in_process(lc_tool, injection)
@@ -237,6 +289,7 @@ class ToolRegistry:
             retryable=policy["retryable"],
             cacheable=policy["cacheable"],
             injection=injection,
+            approve=policy["approve"],
         )
         return lc_tool
 
