@@ -157,8 +157,9 @@ def test_validate_args_lets_schemas_that_allow_extra_arguments_have_them():
 SIG = 'add{"a": 1, "b": 2}'
 
 
-def rec(outcome, result=None, signature=SIG):
-    return CallRecord(signature=signature, outcome=outcome, result=result)
+def rec(outcome, result=None, signature=SIG, name=None):
+    record = CallRecord(signature=signature, outcome=outcome, result=result)
+    return record if name is None else {**record, "name": name}
 
 
 def judged(window, tools=(add, lookup, explode), calls=None, **config):
@@ -293,10 +294,10 @@ def test_observe_sends_answers_from_cache_and_refusals_and_records_what_became_o
     assert update["call_window"] == [
         *earlier[-2:],
         [
-            rec("cached", "4", "add"),
-            rec("refused", None, "add"),
-            rec("ok", "Paris", "lookup"),
-            rec("failed", None, "explode"),
+            rec("cached", "4", "add", name="add"),
+            rec("refused", None, "add", name="add"),
+            rec("ok", "Paris", "lookup", name="lookup"),
+            rec("failed", None, "explode", name="explode"),
         ],
     ]
     # an answer from cache is neither an error nor a real success: the streak is left as it was
