@@ -347,20 +347,23 @@ def _tool_args(action: str, action_input: Any, registry: ToolRegistry) -> dict[s
 
 # The text protocols (react, call_tool) --------------------------------------------------------------------
 
-# Code fences around a text decision: a line holding only a fence (with its language), or a fence inline.
-_FENCE_MARK = re.compile(r"^[ \t]*```[\w-]*[ \t]*$|```", re.MULTILINE)
+# A code fence around a text decision: a line holding only a fence (with its language). Fences inside a line
+# are left alone, but for one at the very start or end of the reply: an argument may hold some (markdown).
+_FENCE_LINE = re.compile(r"^[ \t]*```[\w-]*[ \t]*$", re.MULTILINE)
 # A react label: at the start of a line in any case (after list or emphasis marks), or inside a line as
 # written ("Thought: I will add. Action: add[...]"); the lower-case word "action:" inside a thought is prose.
 _REACT_LABEL = re.compile(
-    r"^[ \t>*#_-]*(?i:(thought|action[ \t_-]*input|action|observation|final[ \t_-]*answer))[ \t*_]*:"
-    r"|(?<=\s)(Action Input|Action|Observation|Final Answer)[ \t*_]*:",
+    r"^[ \t>*#_-]*(?i:(thought|action[ \t_-]*input|action|observation|final[ \t_-]*answer))[ \t*_]*:(?:\*\*)?"
+    r"|(?<=\s)(Action Input|Action|Observation|Final Answer)[ \t*_]*:(?:\*\*)?",
     re.MULTILINE,
 )
 _CALL_TOOL = re.compile(r"\bcall[ \t_-]?tool[ \t]*\(", re.IGNORECASE)
 # The tool name in CALL_TOOL(...): up to the comma (or the closing parenthesis of a call without arguments).
 _CALL_TOOL_NAME = re.compile(r"([^,(){}\n]*)([,)]?)")
-_FINAL_LABEL = re.compile(r"^[ \t>*#_-]*(?i:final(?:[ \t_-]*answer)?)[ \t*_]*:|(?<=\s)FINAL[ \t]*:", re.MULTILINE)
-_THOUGHT_LABEL = re.compile(r"^[ \t>*#_-]*thought[ \t*_]*:", re.IGNORECASE)
+_FINAL_LABEL = re.compile(
+    r"^[ \t>*#_-]*(?i:final(?:[ \t_-]*answer)?)[ \t*_]*:(?:\*\*)?|(?<=\s)FINAL[ \t]*:", re.MULTILINE
+)
+_THOUGHT_LABEL = re.compile(r"^[ \t>*#_-]*thought[ \t*_]*:(?:\*\*)?", re.IGNORECASE)
 _QUOTES = "\"'`"
 # How an argument object is shown in the format's examples.
 _EXAMPLE_OBJECT = '{"name": "value", "other": 3}'
@@ -636,7 +639,7 @@ class CallToolProtocol(_TextProtocol):
 def _unfenced(text: str) -> str:
     if len(text) > MAX_REPLY_CHARS:
         raise ValueError(f"the reply is {len(text)} characters long; expected one short decision")
-    unfenced = _FENCE_MARK.sub("", text).strip()
+    unfenced = _FENCE_LINE.sub("", text).strip().removeprefix("```").removesuffix("```").strip()
     if not unfenced:
         raise ValueError("the reply is empty")
     return unfenced

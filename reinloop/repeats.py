@@ -22,7 +22,7 @@ twice in three rounds). Keyed on the tool, rule 2 still needs the identical call
 no result to give back), but its answers from cache, like every request and refusal, count towards the tool:
 three different calculations in a row are refused at the third with the defaults, and a model that keeps
 calling a tool after it was refused or answered from cache ends the run as `dead_loop`, whatever the arguments.
-A record saved before records named their tool counts by its call.
+A record saved before records named their tool counts towards its call only, never towards a tool.
 """
 
 from __future__ import annotations

@@ -127,7 +127,7 @@ class CallRecord(TypedDict):
 
     signature: str
     # The tool called, for the repeat guards keyed on the tool (`AgentConfig.loop_key`). Absent in a record
-    # saved before it existed: such a record counts by its signature.
+    # saved before it existed: such a record counts towards its signature only, never towards a tool.
     name: NotRequired[str]
     # ran and succeeded; ran and failed, or was rejected as invalid; answered from cache; refused as a repeat
     outcome: Literal["ok", "failed", "cached", "refused"]
