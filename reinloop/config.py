@@ -12,11 +12,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from reinloop.errors import ConfigurationError
 
-__all__ = ["MAX_PARSE_RETRIES", "AgentConfig", "Durability", "ProtocolName", "round_steps"]
+__all__ = ["MAX_PARSE_RETRIES", "AgentConfig", "Durability", "LoopKey", "ProtocolName", "round_steps"]
 
 # The built-in protocols, each a class in `reinloop.protocols.PROTOCOLS` (checked when that module loads).
-ProtocolName = Literal["tool_calling", "json"]
+ProtocolName = Literal["tool_calling", "json", "react", "call_tool"]
 Durability = Literal["sync", "async", "exit"]
+# What the repeat guards count as the same call: the tool with the same canonical arguments, or the tool.
+LoopKey = Literal["call", "tool"]
 
 # More immediate retries of an unparsable reply than this only burn tokens; the bound also bounds the graph
 # steps a round can take.
@@ -71,6 +73,15 @@ class AgentConfig(BaseModel):
         description=(
             "Identical calls allowed within loop_window; one more is refused with feedback, not run (the "
             "seeds' dead-loop rule; the breaker waits for repeats_after_feedback)."
+        ),
+    )
+    loop_key: LoopKey = Field(
+        "call",
+        description=(
+            "What max_repeats, repeats_after_feedback and repeats_after_cache count as repeats of one call: "
+            "'call' the same tool with the same canonical arguments; 'tool' any call of the same tool, whatever "
+            "its arguments (seed 004's dead-loop rule: the same tool more than twice in three rounds). An "
+            "answer from cache still needs the exact call, but counts towards its tool."
         ),
     )
     repeats_after_feedback: int = Field(

@@ -15,6 +15,14 @@ Each requested call is judged in order, by the first rule that applies:
 4. Otherwise it runs, or gets its validation error.
 
 Answers from cache and refusals are the result messages of their calls; they are not tool runs.
+
+`AgentConfig.loop_key` says what the counts of rules 1 and 3 are kept by: "call" (the default), the identical
+call as above; "tool", the tool whatever its arguments (seed 004's dead-loop rule: the same tool more than
+twice in three rounds). Keyed on the tool, rule 2 still needs the identical call (another call of the tool has
+no result to give back), but its answers from cache, like every request and refusal, count towards the tool:
+three different calculations in a row are refused at the third with the defaults, and a model that keeps
+calling a tool after it was refused or answered from cache ends the run as `dead_loop`, whatever the arguments.
+A record saved before records named their tool counts towards its call only, never towards a tool.
 """
 
 from __future__ import annotations
@@ -22,15 +30,17 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from reinloop.config import AgentConfig
+from reinloop.config import AgentConfig, LoopKey
 from reinloop.state import CallCheck, CallRecord, ErrorKind, ToolOutcome
 from reinloop.tools.registry import ToolRegistry
 
 __all__ = [
     "CACHED_RESULT_TEMPLATE",
     "DEAD_LOOP_TEMPLATE",
+    "DEAD_LOOP_TOOL_TEMPLATE",
     "REFUSALS",
     "REPEATED_CALL_TEMPLATE",
+    "REPEATED_TOOL_TEMPLATE",
     "RepeatGuard",
     "advance_window",
     "record",
@@ -41,10 +51,22 @@ CACHED_RESULT_TEMPLATE = CACHED_RESULT_PREFIX + "{result}"
 REPEATED_CALL_TEMPLATE = (
     "Error: not run: this call came {count} times in {window} decisions. Change the arguments or the tool, or answer."
 )
+REPEATED_TOOL_TEMPLATE = (
+    "Error: not run: {name!r} was called {count} times in {window} decisions. Use another tool, or answer."
+)
 DEAD_LOOP_TEMPLATE = (
     "Error: not run. This exact {name!r} call was already {answered} {count} times in the last {window} "
     "decisions, and repeating it again ends the run as a dead loop."
 )
+DEAD_LOOP_TOOL_TEMPLATE = (
+    "Error: not run. Calls of {name!r} were already {answered} {count} times in the last {window} decisions, "
+    "and calling it again ends the run as a dead loop."
+)
+# The feedback of rule 3 and of rule 1, by what the repeats are counted by (AgentConfig.loop_key).
+_TEMPLATES: dict[LoopKey, tuple[str, str]] = {
+    "call": (REPEATED_CALL_TEMPLATE, DEAD_LOOP_TEMPLATE),
+    "tool": (REPEATED_TOOL_TEMPLATE, DEAD_LOOP_TOOL_TEMPLATE),
+}
 # Rejections that are feedback on the repetition itself, not on the call.
 REFUSALS: frozenset[ErrorKind] = frozenset({"repeated_call", "repeat_after_feedback"})
 
@@ -55,11 +77,12 @@ class RepeatGuard:
 
     settings: AgentConfig
     registry: ToolRegistry
+    # Requests within the window, by loop key (the call's signature, or its tool: `AgentConfig.loop_key`).
     requests: Counter[str] = field(default_factory=Counter)
-    # Feedback on each call within the horizon: its answers from cache, and its refusals.
+    # Feedback within the horizon, by loop key: answers from cache, and refusals.
     cached: Counter[str] = field(default_factory=Counter)
     refused: Counter[str] = field(default_factory=Counter)
-    # The latest success of each call (None after a failure), as the observation the model was sent.
+    # The latest success of each call, by signature (None after a failure), as the observation the model was sent.
     results: dict[str, str | None] = field(default_factory=dict)
 
     @classmethod
@@ -72,37 +95,38 @@ class RepeatGuard:
         # Repeats after feedback are counted over a longer window, or a dead loop could never trip once
         # repeats_after_feedback reaches loop_window - 1.
         for records in _earlier(window, horizon(settings)):
-            guard.cached.update(entry["signature"] for entry in records if entry["outcome"] == "cached")
-            guard.refused.update(entry["signature"] for entry in records if entry["outcome"] == "refused")
+            guard.cached.update(guard._record_key(entry) for entry in records if entry["outcome"] == "cached")
+            guard.refused.update(guard._record_key(entry) for entry in records if entry["outcome"] == "refused")
         return guard
 
     def judge(self, check: CallCheck) -> CallCheck:
         """`check` as the rules decide: unchanged (it runs, or keeps its validation error), answered from
         cache, or refused."""
-        signature, window = check["signature"], self.settings.loop_window
-        self.requests[signature] += 1
-        if (dead := self._dead_loop(check)) is not None:
-            self.refused[signature] += 1
+        key, window = self._key(check["name"], check["signature"]), self.settings.loop_window
+        self.requests[key] += 1
+        if (dead := self._dead_loop(check, key)) is not None:
+            self.refused[key] += 1
             return dead
         if (cached := self._cached(check)) is not None:
-            self.cached[signature] += 1
+            self.cached[key] += 1
             return {**check, "cached": cached}
-        if (count := self.requests[signature]) > self.settings.max_repeats:
-            self.refused[signature] += 1
-            message = REPEATED_CALL_TEMPLATE.format(count=count, window=window)
+        if (count := self.requests[key]) > self.settings.max_repeats:
+            self.refused[key] += 1
+            template = _TEMPLATES[self.settings.loop_key][0]
+            message = template.format(name=check["name"], count=count, window=window)
             return {**check, "error_kind": "repeated_call", "error": message}
         return check
 
-    def _dead_loop(self, check: CallCheck) -> CallCheck | None:
-        """`check` refused as a dead loop, if the model kept repeating it after feedback; else None."""
-        signature, settings = check["signature"], self.settings
-        if self.refused[signature] > settings.repeats_after_feedback:
-            answered, count = "refused", self.refused[signature]
-        elif self.cached[signature] > settings.repeats_after_cache:
-            answered, count = "answered from cache", self.cached[signature]
+    def _dead_loop(self, check: CallCheck, key: str) -> CallCheck | None:
+        """`check` refused as a dead loop, if the model kept repeating it (by `key`) after feedback; else None."""
+        settings = self.settings
+        if self.refused[key] > settings.repeats_after_feedback:
+            answered, count = "refused", self.refused[key]
+        elif self.cached[key] > settings.repeats_after_cache:
+            answered, count = "answered from cache", self.cached[key]
         else:
             return None
-        message = DEAD_LOOP_TEMPLATE.format(
+        message = _TEMPLATES[settings.loop_key][1].format(
             name=check["name"], answered=answered, count=count, window=horizon(settings)
         )
         return {**check, "error_kind": "repeat_after_feedback", "error": message}
@@ -113,9 +137,17 @@ class RepeatGuard:
             return None
         return self.results.get(check["signature"])
 
+    def _key(self, name: str, signature: str) -> str:
+        """What a call is counted by: its signature, or its tool's name."""
+        return name if self.settings.loop_key == "tool" else signature
+
+    def _record_key(self, entry: CallRecord) -> str:
+        name = entry.get("name")
+        return self._key(name, entry["signature"]) if name is not None else entry["signature"]
+
     def _count(self, entry: CallRecord) -> None:
         signature = entry["signature"]
-        self.requests[signature] += 1
+        self.requests[self._record_key(entry)] += 1
         if entry["outcome"] in ("ok", "cached"):
             self.results[signature] = entry["result"]
         elif entry["outcome"] == "failed":
@@ -124,14 +156,14 @@ class RepeatGuard:
 
 def record(check: CallCheck, outcome: ToolOutcome | None) -> CallRecord:
     """What became of one judged call: `outcome` is its run's, None when it did not run."""
-    signature = check["signature"]
+    signature, name = check["signature"], check["name"]
     if check.get("cached") is not None:
-        return CallRecord(signature=signature, outcome="cached", result=check.get("cached"))
+        return CallRecord(signature=signature, name=name, outcome="cached", result=check.get("cached"))
     if check["error_kind"] in REFUSALS:
-        return CallRecord(signature=signature, outcome="refused", result=None)
+        return CallRecord(signature=signature, name=name, outcome="refused", result=None)
     if outcome is None or outcome["error_kind"] is not None:
-        return CallRecord(signature=signature, outcome="failed", result=None)
-    return CallRecord(signature=signature, outcome="ok", result=outcome["content"])
+        return CallRecord(signature=signature, name=name, outcome="failed", result=None)
+    return CallRecord(signature=signature, name=name, outcome="ok", result=outcome["content"])
 
 
 def horizon(settings: AgentConfig) -> int:

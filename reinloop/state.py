@@ -126,6 +126,9 @@ class CallRecord(TypedDict):
     """What became of one call of a recent decision: what the repeat guards read (`call_window`)."""
 
     signature: str
+    # The tool called, for the repeat guards keyed on the tool (`AgentConfig.loop_key`). Absent in a record
+    # saved before it existed: such a record counts towards its signature only, never towards a tool.
+    name: NotRequired[str]
     # ran and succeeded; ran and failed, or was rejected as invalid; answered from cache; refused as a repeat
     outcome: Literal["ok", "failed", "cached", "refused"]
     result: str | None  # the observation of a success (ok or cached), for answering an identical call

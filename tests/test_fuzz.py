@@ -2,7 +2,7 @@
 
 Random replies (text, JSON-ish text, deep nesting, huge integers, lone surrogates, NULs, huge strings, tool
 calls with random names, arguments and ids, invalid tool calls, empty replies, list content) are played by
-the scripted model through the compiled agent, for both protocols, without a checkpointer, on a checkpointer
+the scripted model through the compiled agent, for every protocol, without a checkpointer, on a checkpointer
 in memory and on a SQLite file. REINLOOP_FUZZ_EXAMPLES sets the examples per protocol (default 200).
 """
 
@@ -19,7 +19,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from reinloop import AgentConfig, build_agent, sqlite_checkpointer
 from reinloop.memory import pairing_violations
-from reinloop.protocols import FINAL_ANSWER_ACTION
+from reinloop.protocols import FINAL_ANSWER_ACTION, CallToolProtocol, ReactProtocol
 from reinloop.state import FINISH_REASONS
 from reinloop.testing import ScriptedChatModel, json_action, parallel_calls
 from tests.conftest import add, explode, lookup, new_thread
@@ -139,9 +139,40 @@ good_replies = {
     "tool_calling": st.lists(st.sampled_from(GOOD_CALLS), min_size=1, max_size=3).map(parallel_calls),
     "json": st.sampled_from(GOOD_CALLS).map(lambda call: json_action(*call)),
 }
+TEXT_FORMATS = {"react": ReactProtocol(), "call_tool": CallToolProtocol()}
+
+
+def text_call(protocol: str, name: str, args: Any, thought: str) -> str:
+    """A call in a text protocol's form, its arguments as JSON, a bare value or raw text."""
+    argument = args if isinstance(args, str) else json_text(args)
+    return TEXT_FORMATS[protocol].format_decision(thought, [{"name": name, "args": {}}]).replace("{}", argument)
+
+
+def text_replies(protocol: str) -> st.SearchStrategy[str]:
+    label = TEXT_FORMATS[protocol].answer_label
+    calls = st.builds(text_call, st.just(protocol), tool_names, st.one_of(arguments, values, short_text), short_text)
+    return st.one_of(
+        calls,
+        calls.map("```\n{}\n```".format),
+        st.tuples(short_text, calls, short_text).map(" ".join),
+        st.builds(cut_short, calls, st.integers(0, 9)),
+        short_text.map(f"{label} {{}}".format),
+        json_replies,
+        texts,
+    )
+
+
+for text_protocol in TEXT_FORMATS:
+    good_replies[text_protocol] = st.sampled_from(GOOD_CALLS).map(
+        lambda call, protocol=text_protocol: text_call(protocol, *call, "")
+    )
 replies = {
     "tool_calling": st.one_of(ai_messages, ai_messages, texts, good_replies["tool_calling"]),
     "json": st.one_of(json_replies, json_replies, ai_messages, good_replies["json"]),
+    **{
+        name: st.one_of(text_replies(name), text_replies(name), ai_messages, good_replies[name])
+        for name in TEXT_FORMATS
+    },
 }
 
 
@@ -156,7 +187,12 @@ def scripts(protocol: str) -> st.SearchStrategy[list[Any]]:
     return some | loops
 
 
-FINAL = {"tool_calling": "done", "json": json_text({"action": FINAL_ANSWER_ACTION, "action_input": "done"})}
+FINAL = {
+    "tool_calling": "done",
+    "json": json_text({"action": FINAL_ANSWER_ACTION, "action_input": "done"}),
+    "react": "Final Answer: done",
+    "call_tool": "FINAL: done",
+}
 limits = st.fixed_dictionaries(
     {
         "max_iterations": st.integers(1, 8),
@@ -186,7 +222,7 @@ def scripted(script: list[Any], protocol: str) -> ScriptedChatModel:
     return ScriptedChatModel(respond=respond)
 
 
-@pytest.mark.parametrize("protocol", ["tool_calling", "json"])
+@pytest.mark.parametrize("protocol", list(FINAL))
 def test_any_reply_ends_the_run_with_a_typed_reason_and_a_storable_state(protocol, savers):
     @settings(
         max_examples=EXAMPLES,

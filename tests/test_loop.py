@@ -314,6 +314,23 @@ def test_different_arguments_are_not_a_dead_loop():
     assert runs == [0, 1, 2, 3, 4]
 
 
+@pytest.mark.parametrize(
+    ("loop_key", "finish", "ran", "seen"),
+    [
+        ("call", "answered", [0, 1, 2, 3, 4], []),
+        ("tool", "dead_loop", [0, 1], ["'fetch' was called 3 times", "'fetch' was called 3 times", "dead loop"]),
+    ],
+)
+def test_keyed_on_the_tool_a_tool_called_again_and_again_with_new_arguments_is_a_dead_loop(loop_key, finish, ran, seen):
+    fetch, runs = counting_tool()
+    script = [tool_call("fetch", {"page": p}) for p in range(5)] + ["done"]
+    agent, _ = make_agent(script, tools=[fetch], loop_key=loop_key, repeats_after_feedback=1)
+    result = agent.invoke({"task": "t"}, THREAD)
+    assert (result["finish_reason"], runs) == (finish, ran)
+    refusals = [m.content for m in tool_messages(result) if m.content.startswith("Error: not run")]
+    assert len(refusals) == len(seen) and all(part in text for part, text in zip(seen, refusals, strict=True))
+
+
 LOOPING_MODELS = {
     "same-success": lambda n: tool_call("add", {"a": 1, "b": 1}),
     "same-failure": lambda n: tool_call("explode", {"reason": "x"}),

@@ -157,8 +157,9 @@ def test_validate_args_lets_schemas_that_allow_extra_arguments_have_them():
 SIG = 'add{"a": 1, "b": 2}'
 
 
-def rec(outcome, result=None, signature=SIG):
-    return CallRecord(signature=signature, outcome=outcome, result=result)
+def rec(outcome, result=None, signature=SIG, name=None):
+    record = CallRecord(signature=signature, outcome=outcome, result=result)
+    return record if name is None else {**record, "name": name}
 
 
 def judged(window, tools=(add, lookup, explode), calls=None, **config):
@@ -205,6 +206,51 @@ def test_validate_args_ends_a_repeat_after_more_feedback_than_allowed_as_a_dead_
     calls = [call("add", {"a": 1, "b": 2}, f"c{n}") for n in range(3)]
     kinds = [(c["error_kind"], c.get("cached")) for c in judged([[rec("ok", "3")]], calls=calls, repeats_after_cache=1)]
     assert kinds == [(None, "3"), (None, "3"), ("repeat_after_feedback", None)]
+
+
+def other_add(outcome, result=None, b=9, name="add"):
+    """A record of an add call with other arguments than SIG's."""
+    return rec(outcome, result, signature=f'add{{"a": 1, "b": {b}}}', name=name)
+
+
+def test_keyed_on_the_tool_calls_with_other_arguments_count_as_repeats():
+    window = [[other_add("ok", "10")], [other_add("failed", b=8)]]
+    (checked,) = judged(window, loop_key="tool")
+    assert checked["error_kind"] == "repeated_call"
+    assert checked["error"] == "Error: not run: 'add' was called 3 times in 3 decisions. Use another tool, or answer."
+    # keyed on the call (the default), other arguments are another call: it runs
+    assert judged(window)[0]["error_kind"] is None
+    assert judged(window, loop_key="call")[0]["error_kind"] is None
+    # calls of other tools do not count towards it
+    others = [[other_add("ok", "x", name="lookup")], [other_add("ok", "y", name="explode")]]
+    assert judged(others, loop_key="tool")[0]["error_kind"] is None
+
+
+def test_keyed_on_the_tool_an_answer_from_cache_still_needs_the_identical_call():
+    assert judged([[rec("ok", "3", name="add")]], loop_key="tool")[0]["cached"] == "3"
+    assert judged([[other_add("ok", "10")]], loop_key="tool")[0].get("cached") is None
+    # but it counts towards the tool: the cached answers of other add calls make this one a dead loop
+    window = [[other_add("cached", "10")], [other_add("cached", "11", b=7)]]
+    (checked,) = judged(window, loop_key="tool", repeats_after_cache=1, max_repeats=5)
+    assert checked["error_kind"] == "repeat_after_feedback"
+    assert "Calls of 'add' were already answered from cache 2 times" in checked["error"]
+    assert judged(window, repeats_after_cache=1, max_repeats=5)[0]["error_kind"] is None
+
+
+def test_keyed_on_the_tool_refusals_of_other_arguments_end_in_a_dead_loop():
+    window = [[other_add("refused")], [other_add("refused", b=8)]]
+    (checked,) = judged(window, loop_key="tool", repeats_after_feedback=1)
+    assert checked["error_kind"] == "repeat_after_feedback"
+    assert "Calls of 'add' were already refused 2 times" in checked["error"]
+    assert judged(window, repeats_after_feedback=1)[0]["error_kind"] is None
+
+
+def test_a_record_saved_without_its_tool_name_counts_by_its_call_only():
+    # saved before records named their tool: it counts towards its call, and towards no tool
+    assert judged([[rec("failed")], [rec("failed")]])[0]["error_kind"] == "repeated_call"
+    assert judged([[rec("failed")], [rec("failed")]], loop_key="tool")[0]["error_kind"] is None
+    # its result still answers the identical call from cache
+    assert judged([[rec("ok", "3")]], loop_key="tool")[0]["cached"] == "3"
 
 
 def test_validate_args_final_answer_has_no_checks():
@@ -293,10 +339,10 @@ def test_observe_sends_answers_from_cache_and_refusals_and_records_what_became_o
     assert update["call_window"] == [
         *earlier[-2:],
         [
-            rec("cached", "4", "add"),
-            rec("refused", None, "add"),
-            rec("ok", "Paris", "lookup"),
-            rec("failed", None, "explode"),
+            rec("cached", "4", "add", name="add"),
+            rec("refused", None, "add", name="add"),
+            rec("ok", "Paris", "lookup", name="lookup"),
+            rec("failed", None, "explode", name="explode"),
         ],
     ]
     # an answer from cache is neither an error nor a real success: the streak is left as it was
