@@ -26,9 +26,11 @@ def truncate(text: str, max_chars: int) -> str:
     return cut if len(cut) < len(text) else text
 
 
-def gist(text: str, max_chars: int) -> str:
-    """The first sentence of `text` on one line (the whole text if it has no sentence end), cut to `max_chars`:
-    what an error says, without the advice that follows it."""
+def gist(text: str, max_chars: int | None = None) -> str:
+    """The first sentence of `text` on one line (the whole text if it has no sentence end), cut to `max_chars`
+    (None: not cut, for a caller that cuts the line it goes into): what an error says, without the advice
+    that follows it."""
     line = " ".join(text.split())
     found = _FIRST_SENTENCE.match(line)
-    return truncate(found.group(0) if found else line, max_chars)
+    sentence = found.group(0) if found else line
+    return sentence if max_chars is None else truncate(sentence, max_chars)

@@ -11,6 +11,7 @@ from reinloop.nodes.check_finish import REFLECTION_TEMPLATE
 from reinloop.repeats import CACHED_RESULT_TEMPLATE
 from reinloop.state import CallCheck, CallRecord, ToolOutcome, act, answer, unparsable
 from reinloop.testing import ScriptedChatModel, json_action, tool_call
+from reinloop.text import truncate
 from reinloop.tools import ToolRegistry, accept_any
 from tests.conftest import THREAD, add, explode, lookup, make_context
 
@@ -380,6 +381,11 @@ def test_observe_keeps_one_line_per_error_of_the_streak_and_clears_it_with_a_rea
     long = check("add", {"a": "x" * 500}, "c9", "invalid_args", "Error: bad")
     (line,) = observe({"decision": act([]), "checks": [long]}, make_context())["streak_errors"]
     assert len(line) < 250 and line.endswith("more characters cut]")
+    # a long error is cut once, with the whole line: the marker counts every character left out
+    wordy = check("add", {"a": 1}, "c8", "invalid_args", "Error: " + "z" * 300 + ". Advice.")
+    (line,) = observe({"decision": act([]), "checks": [wordy]}, make_context())["streak_errors"]
+    whole = 'add({"a": 1}): Error: ' + "z" * 300 + "."
+    assert line == truncate(whole, 100) and line.count("more characters cut") == 1
     ran = [check("add", {}, "c1"), checks[0]]
     results = [ToolOutcome(call_id="c1", name="add", content="3", error_kind=None)]
     state = {"decision": act([]), "checks": ran, "tool_results": results, "streak_errors": ["a", "b", "c"]}

@@ -49,7 +49,8 @@ class _Streak:
 
     def error(self, what: str, text: str) -> None:
         self.errors += 1
-        line = truncate(f"{what}: {gist(text, STREAK_LINE_CHARS)}", STREAK_LINE_CHARS)
+        # Cut once, as a whole line, so the marker counts every character cut.
+        line = truncate(f"{what}: {gist(text)}", STREAK_LINE_CHARS)
         self.lines = [*self.lines, line][-self.keep :]
 
     def success(self) -> None:
