@@ -34,6 +34,7 @@ from reinloop.tools.registry import ToolRegistry
 
 __all__ = [
     "FINAL_ANSWER_ACTION",
+    "OBSERVATION_LABEL",
     "PROTOCOLS",
     "CallToolProtocol",
     "DecisionProtocol",
@@ -45,6 +46,8 @@ __all__ = [
 ]
 
 FINAL_ANSWER_ACTION = "final_answer"
+# How the text-writing protocols show a tool's result to the model: a user turn starting with this label.
+OBSERVATION_LABEL = "Observation: "
 
 # Replies longer than this are not scanned for JSON: a runaway generation is a parse error, not a DoS.
 MAX_REPLY_CHARS = 100_000
@@ -184,7 +187,7 @@ class JsonProtocol(DecisionProtocol):
             elif isinstance(message, AIMessage):
                 rendered.append(AIMessage(content=message.content, id=message.id))
             elif isinstance(message, ToolMessage):
-                rendered.append(HumanMessage(content=f"Observation: {message.text}", id=message.id))
+                rendered.append(HumanMessage(content=OBSERVATION_LABEL + message.text, id=message.id))
             else:
                 rendered.append(message)
         return rendered
@@ -413,7 +416,7 @@ class _TextProtocol(DecisionProtocol):
             elif isinstance(message, AIMessage):
                 rendered.append(AIMessage(content=message.content, id=message.id))
             elif isinstance(message, ToolMessage):
-                rendered.append(HumanMessage(content=f"Observation: {message.text}", id=message.id))
+                rendered.append(HumanMessage(content=OBSERVATION_LABEL + message.text, id=message.id))
             else:
                 rendered.append(message)
         return rendered

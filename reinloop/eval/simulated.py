@@ -3,6 +3,7 @@ tool faults injected around it. The fault model is documented in `FAULT_MODEL`."
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Sequence
@@ -18,9 +19,11 @@ from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from pydantic import PrivateAttr
 
+from reinloop.config import ProtocolName
 from reinloop.eval.tasks import TRANSLATIONS, EvalTask, Step
 from reinloop.memory.tokens import TokenCounter
-from reinloop.protocols import new_call_id
+from reinloop.protocols import FINAL_ANSWER_ACTION, OBSERVATION_LABEL, DecisionProtocol, get_protocol, new_call_id
+from reinloop.tools.registry import ToolRegistry
 
 __all__ = ["FAULT_MODEL", "FaultProfile", "SimulatedModel", "faulty_tools", "summarizer_of"]
 
@@ -45,7 +48,12 @@ going for `runaway_rounds` calls and then answers, or, by default, until the age
 `stubborn_rate` the model calls the same tool with the same arguments again instead of moving on (or
 answering); at each later decision it stops repeating with probability `correct_rate`, else repeats the
 call again, whatever the agent answered (the tool's result, an earlier result, a refusal). A model that
-has run away repeats nothing."""
+has run away repeats nothing.
+
+The model writes in the agent's protocol (`protocol`): native tool calls, or the text of the json, react or
+call_tool protocol, the same decisions and the same faults in each; a malformed call is the call with the same
+unterminated arguments in that format. It reads its prompt back through the protocol, each `Observation:`
+turn as the result of the decision before it, so what it sees does not depend on the format either."""
 
 # What a runaway model searches for: topics of the bundled corpus, so that every search finds something.
 RUNAWAY_TOPICS = (
@@ -79,6 +87,8 @@ class SimulatedModel(BaseChatModel):
     # its summarizer) summary requests. Known by the instance, never by the request's wording, so rewording
     # a summary prompt cannot change the benchmark.
     role: Literal["decide", "summarize"] = "decide"
+    # The format it writes its decisions in, and reads its prompt back with: that of the agent's protocol.
+    protocol: ProtocolName = "tool_calling"
 
     _rng: random.Random = PrivateAttr()
     _extra: random.Random = PrivateAttr()  # the runaway and stubborn-loop draws
@@ -121,7 +131,11 @@ class SimulatedModel(BaseChatModel):
         else:
             self.decisions += 1
             self.prompt_tokens += self._counter.messages(messages)
-            reply = self._decide(messages)
+            if self.protocol == "tool_calling":
+                reply = self._decide(messages)
+            else:
+                writer = get_protocol(self.protocol)
+                reply = written(writer, self._decide(read_back(writer, messages)))
         return ChatResult(generations=[ChatGeneration(message=reply)])
 
     # the decision -------------------------------------------------------------------------------------
@@ -210,6 +224,43 @@ def _runaway_call(number: int) -> AIMessage:
         topic = RUNAWAY_TOPICS[number // 2 % len(RUNAWAY_TOPICS)]
         return _call("web_search", {"query": f"{topic} {number}", "max_results": 3})
     return _call("calculator", {"expression": f"{number} * ({number} + 1)"})
+
+
+def read_back(protocol: DecisionProtocol, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """A prompt rendered by a text-writing `protocol`, in the normal form: each decision as the protocol reads
+    it, each `Observation:` turn as a `ToolMessage` answering the next unanswered call before it."""
+    registry = ToolRegistry()  # names are kept as written; the arguments are JSON, so no schema is needed
+    normal: list[BaseMessage] = []
+    waiting: list[str] = []  # ids of the calls of the last decision still without a result
+    for message in messages:
+        if isinstance(message, AIMessage):
+            _, stored = protocol.parse(message, registry)
+            normal.append(stored or AIMessage(message.text))
+            waiting = [call["id"] or "" for call in stored.tool_calls] if stored else []
+        elif isinstance(message, HumanMessage) and message.text.startswith(OBSERVATION_LABEL) and waiting:
+            normal.append(ToolMessage(message.text.removeprefix(OBSERVATION_LABEL), tool_call_id=waiting.pop(0)))
+        else:
+            normal.append(message)
+    return normal
+
+
+def written(protocol: DecisionProtocol, reply: AIMessage) -> AIMessage:
+    """`reply` (native tool calls, a malformed call or an answer) as a model using a text-writing `protocol`
+    writes it: a malformed call is the call in that format with the same unterminated arguments."""
+    if reply.invalid_tool_calls:
+        bad = reply.invalid_tool_calls[0]
+        template = _text_of(protocol, _call(bad["name"] or "", {}))
+        cut = template.rindex("{}")  # where the (empty) arguments go
+        return AIMessage(template[:cut] + (bad["args"] or ""))
+    if not reply.tool_calls and protocol.name == "json":
+        final = {"thought": "", "action": FINAL_ANSWER_ACTION, "action_input": reply.text}
+        return AIMessage(json.dumps(final, ensure_ascii=False))
+    return AIMessage(_text_of(protocol, reply))
+
+
+def _text_of(protocol: DecisionProtocol, reply: AIMessage) -> str:
+    (rendered,) = protocol.render([reply])
+    return rendered.text
 
 
 def summarizer_of(model: BaseChatModel) -> BaseChatModel:
