@@ -99,6 +99,11 @@ class DecisionProtocol(ABC):
         """The assembled prompt in the shape this protocol sends it (by default, as it is)."""
         return prompt
 
+    def format_answer(self, answer: str, thought: str = "") -> str:
+        """A final answer as the model writes it (by default, the answer alone): how a final answer of an
+        earlier run on the thread is shown back, and how worked examples write one."""
+        return answer
+
     def tool_schemas(self, registry: ToolRegistry) -> list[dict[str, Any]]:
         """The tool schemas `bind` sends beside the messages, counted in every prompt's tokens. By default
         none: override it when `bind` gives the model API the tools (a text protocol describes them in
@@ -184,6 +189,9 @@ class JsonProtocol(DecisionProtocol):
                 call = message.tool_calls[0]
                 action = {"thought": message.text, "action": call["name"], "action_input": call["args"]}
                 rendered.append(AIMessage(content=json.dumps(action, ensure_ascii=False), id=message.id))
+            elif isinstance(message, AIMessage) and message.name is None:
+                # A final answer of an earlier run on the thread, in the form the model writes one.
+                rendered.append(AIMessage(content=self.format_answer(message.text), id=message.id))
             elif isinstance(message, AIMessage):
                 rendered.append(AIMessage(content=message.content, id=message.id))
             elif isinstance(message, ToolMessage):
@@ -191,6 +199,11 @@ class JsonProtocol(DecisionProtocol):
             else:
                 rendered.append(message)
         return rendered
+
+    def format_answer(self, answer: str, thought: str = "") -> str:
+        return json.dumps(
+            {"thought": thought, "action": FINAL_ANSWER_ACTION, "action_input": answer}, ensure_ascii=False
+        )
 
     def parse(self, reply: BaseMessage, registry: ToolRegistry) -> tuple[Decision, AIMessage | None]:
         text = reply.text
@@ -412,7 +425,7 @@ class _TextProtocol(DecisionProtocol):
                 )
             elif isinstance(message, AIMessage) and message.name is None:
                 # A final answer of an earlier run on the thread, in the form the model writes one.
-                rendered.append(AIMessage(content=f"{self.answer_label} {message.text}", id=message.id))
+                rendered.append(AIMessage(content=self.format_answer(message.text), id=message.id))
             elif isinstance(message, AIMessage):
                 rendered.append(AIMessage(content=message.content, id=message.id))
             elif isinstance(message, ToolMessage):
@@ -426,6 +439,9 @@ class _TextProtocol(DecisionProtocol):
         lines = [thought] if thought else []
         lines += [self.format_call(call["name"], json.dumps(call["args"], ensure_ascii=False)) for call in calls]
         return "\n".join(lines)
+
+    def format_answer(self, answer: str, thought: str = "") -> str:
+        return "\n".join(filter(None, [self.format_decision(thought, []), f"{self.answer_label} {answer}"]))
 
     def parse(self, reply: BaseMessage, registry: ToolRegistry) -> tuple[Decision, AIMessage | None]:
         text = reply.text

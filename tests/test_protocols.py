@@ -121,7 +121,9 @@ def test_json_protocol_renders_the_window_as_text_turns():
     rendered = JsonProtocol().render(window)
     assert isinstance(rendered[0], AIMessage) and not rendered[0].tool_calls
     assert json.loads(rendered[0].content)["action"] == "add"
-    assert rendered[2].content == "The sum is 3."
+    # an answer of an earlier run is shown as the model writes one, and reads back as that answer
+    assert json.loads(rendered[2].content) == {"thought": "", "action": "final_answer", "action_input": "The sum is 3."}
+    assert JsonProtocol().parse(rendered[2], ToolRegistry())[0]["answer"] == "The sum is 3."
     assert isinstance(rendered[1], HumanMessage) and rendered[1].content == "Observation: 3"
 
 

@@ -3,7 +3,6 @@ tool faults injected around it. The fault model is documented in `FAULT_MODEL`."
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections.abc import Sequence
@@ -22,7 +21,7 @@ from pydantic import PrivateAttr
 from reinloop.config import ProtocolName
 from reinloop.eval.tasks import TRANSLATIONS, EvalTask, Step
 from reinloop.memory.tokens import TokenCounter
-from reinloop.protocols import FINAL_ANSWER_ACTION, OBSERVATION_LABEL, DecisionProtocol, get_protocol, new_call_id
+from reinloop.protocols import OBSERVATION_LABEL, DecisionProtocol, get_protocol, new_call_id
 from reinloop.tools.registry import ToolRegistry
 
 __all__ = ["FAULT_MODEL", "FaultProfile", "SimulatedModel", "faulty_tools", "summarizer_of"]
@@ -252,9 +251,8 @@ def written(protocol: DecisionProtocol, reply: AIMessage) -> AIMessage:
         template = _text_of(protocol, _call(bad["name"] or "", {}))
         cut = template.rindex("{}")  # where the (empty) arguments go
         return AIMessage(template[:cut] + (bad["args"] or ""))
-    if not reply.tool_calls and protocol.name == "json":
-        final = {"thought": "", "action": FINAL_ANSWER_ACTION, "action_input": reply.text}
-        return AIMessage(json.dumps(final, ensure_ascii=False))
+    if not reply.tool_calls:
+        return AIMessage(protocol.format_answer(reply.text))
     return AIMessage(_text_of(protocol, reply))
 
 
