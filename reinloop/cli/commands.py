@@ -238,6 +238,10 @@ def evaluate(args: argparse.Namespace, console: Console) -> int:
     from reinloop.eval import run_benchmark
 
     profile = _fault_profile(args)
+    if args.protocol and not (args.model or args.base_url or args.local):
+        raise CommandError(
+            "--protocol is a real model's (--model, --base-url or --local); the simulated one writes each agent's"
+        )
     if args.grid:
         return _grid(args, profile, console)
     with _progress_bar(console) as advance:
@@ -246,7 +250,8 @@ def evaluate(args: argparse.Namespace, console: Console) -> int:
             advance(done, total, f"{agent}: {task}")
 
         result = run_benchmark(profile, seed=args.seed, tasks=args.tasks, out=args.out, model=args.model,
-                               base_url=args.base_url, local=args.local, progress=after_run)  # fmt: skip
+                               base_url=args.base_url, local=args.local, protocol=args.protocol,
+                               progress=after_run)  # fmt: skip
     display.benchmark_report(console, result)
     return 0
 

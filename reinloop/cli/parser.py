@@ -54,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation.add_argument("--model", help="evaluate a real model instead of the simulated one (no faults)")
     evaluation.add_argument("--base-url", help="a real model on an OpenAI-compatible server (no faults)")
     evaluation.add_argument("--local", action="store_true", help="the embedded local model (no faults)")
+    evaluation.add_argument("--protocol", choices=PROTOCOL_CHOICES, help="the real model's protocol")
     evaluation.add_argument(
         "--runaway-rate", type=float, default=0.0, help="chance a run's model runs away once it knows the answer"
     )

@@ -38,10 +38,12 @@ def run_benchmark(
     model: str | None = None,
     base_url: str | None = None,
     local: bool = False,
+    protocol: str | None = None,
     progress: Callable[[int, int, str, str], None] | None = None,
 ) -> Benchmark:
     """The suite's first `tasks` tasks with the simulated model and `profile`'s faults, or, given `model`,
-    `base_url` or `local`, with that real model and no injected faults; the report is written to `out`.
+    `base_url` or `local`, with that real model (in `protocol`, else the model's default one) and no injected
+    faults; the report is written to `out`.
 
     `progress(done, total, agent, task)` is called after each run.
     """
@@ -51,9 +53,9 @@ def run_benchmark(
         if model or base_url or local:
             from reinloop.models import LOCAL, model_from_settings
 
-            real = stack.enter_context(model_from_settings(LOCAL if local else model, base_url, None))
+            real = stack.enter_context(model_from_settings(LOCAL if local else model, base_url, protocol))
             profile = FaultProfile(fault_rate=0.0, tool_fault_rate=0.0, correct_rate=1.0)
-            # The others need native tool calls; a json-protocol model runs with reinloop only.
+            # The others need native tool calls; a model with a text protocol runs with reinloop only.
             agents = AGENTS if real.protocol == "tool_calling" else ("reinloop",)
         total, done = tasks * len(agents), 0
 

@@ -76,11 +76,11 @@ def model_from_settings(model: str | None, base_url: str | None, protocol: str |
     if base_url:
         yield _server_model(model, base_url, protocol)
     elif model == LOCAL or (model is None and not os.environ.get("OPENAI_API_KEY")):
-        from reinloop.models.local import LocalModelServer, TranscriptJsonProtocol
+        from reinloop.models.local import LocalModelServer, local_protocol
 
+        transcript = local_protocol(protocol)  # before the server starts: a wrong protocol fails at once
         with LocalModelServer() as server:
-            yield ChosenModel(server.chat_model(), LOCAL, "json", {"context_token_budget": 3_400},
-                              TranscriptJsonProtocol())  # fmt: skip
+            yield ChosenModel(server.chat_model(), LOCAL, transcript.name, {"context_token_budget": 3_400}, transcript)
     else:
         name = model or DEFAULT_MODEL
         yield ChosenModel(resolve_model(name), name, protocol or "tool_calling")

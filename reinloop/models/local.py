@@ -3,20 +3,23 @@ served by llama-cpp-python's OpenAI-compatible server on a free loopback port, s
 reinloop, and reached through `ChatOpenAI`.
 
 It is a tiny base model for trying reinloop out offline, not for real work. It has no native tool
-calling, so it uses the `json` protocol as one transcript with worked examples, and the server constrains
-its output to the decision JSON schema (the action limited to the tool names).
+calling, so it uses a text protocol (json, react or call_tool) as one transcript with worked examples, and
+the server constrains its output to that protocol's form (the tool limited to the tool names).
 """
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+from abc import abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 from langchain_core.language_models import BaseChatModel
@@ -24,43 +27,72 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.runnables import Runnable
 
 from reinloop.errors import ConfigurationError
-from reinloop.protocols import FINAL_ANSWER_ACTION, JsonProtocol
+from reinloop.protocols import (
+    FINAL_ANSWER_ACTION,
+    OBSERVATION_LABEL,
+    CallToolProtocol,
+    DecisionProtocol,
+    JsonProtocol,
+    ReactProtocol,
+)
 from reinloop.tools.registry import ToolRegistry
 
-__all__ = ["LOCAL_MODEL_NAME", "LocalModelServer", "TranscriptJsonProtocol", "local_model_path"]
+__all__ = [
+    "LOCAL_DEFAULT_PROTOCOL",
+    "LOCAL_MODEL_NAME",
+    "LOCAL_PROTOCOLS",
+    "LocalModelServer",
+    "TranscriptCallToolProtocol",
+    "TranscriptJsonProtocol",
+    "TranscriptReactProtocol",
+    "local_model_path",
+    "local_protocol",
+]
 
 LOCAL_MODEL_NAME = "gemma-3-270m"
 STARTUP_TIMEOUT_S = 120.0
 CONTEXT_TOKENS = 6_144  # room for the budget below counted with another tokenizer, plus the reply
 REPLY_TOKENS = 200
 
-# Worked examples, one transcript each; an example is shown only when the agent has all its tools. The
-# calculator comes last: a small model imitates the example nearest to the task most.
-EXAMPLES: tuple[tuple[frozenset[str], str], ...] = (
-    (
-        frozenset({"web_search"}),
-        "Task: How high is Mount Everest?\n"
-        'JSON action: {"thought": "I search.", "action": "web_search", '
-        '"action_input": {"query": "Mount Everest height"}}\n'
-        "Observation: Its elevation of 8,848.86 metres was announced in 2020.\n"
-        'JSON action: {"thought": "I know it.", "action": "final_answer", "action_input": "8,848.86 metres"}',
+
+@dataclass(frozen=True)
+class Example:
+    """A worked example for the transcript: a task, the calls made (thought, tool, arguments, observation)
+    and the final answer. Shown only when the agent has all the tools it uses."""
+
+    task: str
+    steps: tuple[tuple[str, str, dict[str, Any], str], ...]
+    thought: str
+    answer: str
+
+    @property
+    def tools(self) -> frozenset[str]:
+        return frozenset(tool for _, tool, _, _ in self.steps)
+
+
+# The calculator comes last: a small model imitates the example nearest to the task most.
+EXAMPLES = (
+    Example(
+        "How high is Mount Everest?",
+        (("I search.", "web_search", {"query": "Mount Everest height"},
+          "Its elevation of 8,848.86 metres was announced in 2020."),),
+        "I know it.",
+        "8,848.86 metres",
     ),
-    (
-        frozenset({"file_write"}),
-        "Task: Save the word hello in the file greeting.txt.\n"
-        'JSON action: {"thought": "I write the file.", "action": "file_write", '
-        '"action_input": {"path": "greeting.txt", "content": "hello"}}\n'
-        "Observation: wrote 5 characters to greeting.txt\n"
-        'JSON action: {"thought": "Done.", "action": "final_answer", "action_input": "Saved in greeting.txt."}',
+    Example(
+        "Save the word hello in the file greeting.txt.",
+        (("I write the file.", "file_write", {"path": "greeting.txt", "content": "hello"},
+          "wrote 5 characters to greeting.txt"),),
+        "Done.",
+        "Saved in greeting.txt.",
     ),
-    (
-        frozenset({"calculator"}),
-        "Task: What is 12 * 7?\n"
-        'JSON action: {"thought": "I multiply.", "action": "calculator", "action_input": {"expression": "12 * 7"}}\n'
-        "Observation: 84\n"
-        'JSON action: {"thought": "I have the result.", "action": "final_answer", "action_input": "84"}',
+    Example(
+        "What is 12 * 7?",
+        (("I multiply.", "calculator", {"expression": "12 * 7"}, "84"),),
+        "I have the result.",
+        "84",
     ),
-)
+)  # fmt: skip
 
 
 def local_model_path() -> Path:
@@ -148,49 +180,43 @@ class LocalModelServer:
         )
 
 
-class TranscriptJsonProtocol(JsonProtocol):
-    """The json protocol for small base models: worked examples and the whole run as one transcript in a
-    single message, and the reply constrained to the decision schema by the server."""
+class _Transcript(DecisionProtocol):
+    """A text protocol for small base models: worked examples, and the whole run as one transcript in a
+    single message, ending where the model's next turn starts; the reply constrained by the server to the
+    protocol's form (`constraint`), so that a tiny model writes something the protocol can read."""
 
-    name = "json"
+    # What each of the model's turns starts with in the transcript, and what the transcript ends with.
+    turn_label: ClassVar[str] = ""
+    # How the instructions say "reply with one decision at a time" and "finish", in this protocol's terms.
+    how_to_act: ClassVar[str]
+    how_to_finish: ClassVar[str]
+
+    @abstractmethod
+    def constraint(self, registry: ToolRegistry) -> dict[str, Any]:
+        """What to add to the request body to constrain the reply (llama.cpp's server)."""
+
+    @abstractmethod
+    def tool_list(self, registry: ToolRegistry) -> str:
+        """The tools as this protocol's instructions list them."""
 
     def bind(self, model: BaseChatModel, registry: ToolRegistry) -> Runnable[Any, BaseMessage]:
-        actions = [*registry.names, FINAL_ANSWER_ACTION]
-        schema = {
-            "type": "object",
-            "properties": {
-                "thought": {"type": "string"},
-                "action": {"type": "string", "enum": actions},
-                "action_input": {},
-            },
-            "required": ["thought", "action", "action_input"],
-        }
-        # llama.cpp's server refuses type json_schema but constrains json_object output to a given schema.
-        # Sent in the body, not as langchain-openai's response_format, which would make a reply cut at the
-        # length limit an exception instead of an unparsable reply for the retry edge.
-        extra_body = {
-            **(getattr(model, "extra_body", None) or {}),
-            "response_format": {"type": "json_object", "schema": schema},
-        }
+        extra_body = {**(getattr(model, "extra_body", None) or {}), **self.constraint(registry)}
         return model.bind(extra_body=extra_body)
 
     def instructions(self, registry: ToolRegistry) -> str:
         # No placeholders such as "<the answer>": a small base model copies them. The examples show the form.
-        examples = [text for needs, text in EXAMPLES if needs <= set(registry.names)]
+        examples = [self._example(example) for example in EXAMPLES if example.tools <= set(registry.names)]
         text = (
-            "Reply with one JSON action at a time, then read its Observation. Use a tool for every "
-            f'calculation or lookup. To finish, use the action "{FINAL_ANSWER_ACTION}" with the answer as '
-            "action_input.\nTools:\n" + registry.describe()
+            f"{self.how_to_act}, then read its Observation. Use a tool for every calculation or lookup. "
+            f"To finish, {self.how_to_finish}.\n{self.tool_list(registry)}"
         )
         return text + ("\n\nExamples:\n\n" + "\n\n".join(examples) if examples else "")
 
     def render(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
         lines: list[BaseMessage] = []
-        for message in super().render(messages):
-            if isinstance(message, AIMessage):
-                lines.append(HumanMessage(f"JSON action: {message.text}"))
-            else:
-                lines.append(HumanMessage(message.text))
+        for message in super().render(messages):  # type: ignore[safe-super]  # the protocol after this in the MRO
+            text = self.turn_label + message.text if isinstance(message, AIMessage) else message.text
+            lines.append(HumanMessage(text))
         return lines
 
     def finalize(self, prompt: list[BaseMessage]) -> list[BaseMessage]:
@@ -199,5 +225,102 @@ class TranscriptJsonProtocol(JsonProtocol):
         if not rest:
             return prompt
         task, *others = rest
-        transcript = "\n".join([f"Task: {task.text}", *(message.text for message in others), "JSON action:"])
-        return [*system, HumanMessage(transcript)]
+        transcript = "\n".join([f"Task: {task.text}", *(message.text for message in others), self.turn_label.strip()])
+        return [*system, HumanMessage(transcript.rstrip("\n"))]
+
+    def _example(self, example: Example) -> str:
+        lines = [f"Task: {example.task}"]
+        for thought, tool, args, observation in example.steps:
+            call = AIMessage(thought, tool_calls=[{"name": tool, "args": args, "id": "example", "type": "tool_call"}])
+            shown = super().render([call])[0].text  # type: ignore[safe-super]
+            lines += [self.turn_label + shown, OBSERVATION_LABEL + observation]
+        lines.append(self.turn_label + self.format_answer(example.answer, example.thought))
+        return "\n".join(lines)
+
+
+class TranscriptJsonProtocol(_Transcript, JsonProtocol):
+    """The json protocol as a transcript, the reply constrained to the decision schema."""
+
+    turn_label = "JSON action: "
+    how_to_act = "Reply with one JSON action at a time"
+    how_to_finish = f'use the action "{FINAL_ANSWER_ACTION}" with the answer as action_input'
+
+    def constraint(self, registry: ToolRegistry) -> dict[str, Any]:
+        schema = {
+            "type": "object",
+            "properties": {
+                "thought": {"type": "string"},
+                "action": {"type": "string", "enum": [*registry.names, FINAL_ANSWER_ACTION]},
+                "action_input": {},
+            },
+            "required": ["thought", "action", "action_input"],
+        }
+        # llama.cpp's server refuses type json_schema but constrains json_object output to a given schema.
+        # Sent in the body, not as langchain-openai's response_format, which would make a reply cut at the
+        # length limit an exception instead of an unparsable reply for the retry edge.
+        return {"response_format": {"type": "json_object", "schema": schema}}
+
+    def tool_list(self, registry: ToolRegistry) -> str:
+        return "Tools:\n" + registry.describe()
+
+
+class TranscriptReactProtocol(_Transcript, ReactProtocol):
+    """The react protocol as a transcript, the reply constrained to a thought and one action or answer."""
+
+    how_to_act = "Reply with a Thought and one Action at a time"
+    how_to_finish = "reply with a Thought and the Final Answer"
+
+    def constraint(self, registry: ToolRegistry) -> dict[str, Any]:
+        grammar = (
+            'root ::= "Thought: " line "\\n" ( "Action: " tool "[" argument "]" | "Final Answer: " line )\n'
+            f"tool ::= {_alternatives(registry.names)}\n"
+            "argument ::= [^\\]\\n]+\nline ::= [^\\n]+\n"
+        )
+        return {"grammar": grammar}
+
+    def tool_list(self, registry: ToolRegistry) -> str:
+        return self._tools(registry)
+
+
+class TranscriptCallToolProtocol(_Transcript, CallToolProtocol):
+    """The call_tool protocol as a transcript, the reply constrained to an optional line of reasoning and one
+    call or answer."""
+
+    how_to_act = "Reply with one CALL_TOOL at a time"
+    how_to_finish = "reply FINAL: and the answer"
+
+    def constraint(self, registry: ToolRegistry) -> dict[str, Any]:
+        grammar = (
+            'root ::= ( line "\\n" )? ( "CALL_TOOL(" tool ", " argument ")" | "FINAL: " line )\n'
+            f"tool ::= {_alternatives(registry.names)}\n"
+            'argument ::= "{" [^\\n]* "}" | [^(){}\\n]+\nline ::= [^\\n]+\n'
+        )
+        return {"grammar": grammar}
+
+    def tool_list(self, registry: ToolRegistry) -> str:
+        return self._tools(registry)
+
+
+def _alternatives(names: Sequence[str]) -> str:
+    """Tool names as a GBNF alternation of literals (names are identifiers; json.dumps quotes them)."""
+    return " | ".join(json.dumps(name) for name in names) or '"none"'
+
+
+# The embedded model's protocols by name, and the one it uses unless told otherwise (measured in the README).
+LOCAL_PROTOCOLS: dict[str, type[_Transcript]] = {
+    "json": TranscriptJsonProtocol,
+    "react": TranscriptReactProtocol,
+    "call_tool": TranscriptCallToolProtocol,
+}
+LOCAL_DEFAULT_PROTOCOL = "json"
+
+
+def local_protocol(name: str | None) -> _Transcript:
+    """The transcript protocol of the embedded model named `name` (None: the default)."""
+    chosen = name or LOCAL_DEFAULT_PROTOCOL
+    if chosen not in LOCAL_PROTOCOLS:
+        raise ConfigurationError(
+            f"the embedded model has no native tool calling; use a text protocol: one of {list(LOCAL_PROTOCOLS)} "
+            f"(got {chosen!r})"
+        )
+    return LOCAL_PROTOCOLS[chosen]()
