@@ -5,6 +5,7 @@ from reinloop.config import AgentConfig
 from reinloop.draw import draw
 from reinloop.errors import ConfigurationError, InputError, InvariantError, ReinloopError, ResumeError
 from reinloop.graph import build_agent
+from reinloop.presets import PRESETS, preset
 from reinloop.protocols import DecisionProtocol, JsonProtocol, ToolCallingProtocol
 from reinloop.resume import prepare_resume, resume
 from reinloop.state import FINISH_REASONS, AgentInput, AgentState, FinishReason
@@ -12,6 +13,7 @@ from reinloop.tools import ToolRegistry, accept_any, default_toolset, idempotenc
 
 __all__ = [
     "FINISH_REASONS",
+    "PRESETS",
     "AgentConfig",
     "AgentInput",
     "AgentState",
@@ -32,6 +34,7 @@ __all__ = [
     "idempotency_key",
     "open_checkpointer",
     "prepare_resume",
+    "preset",
     "reject_empty",
     "resume",
     "sqlite_checkpointer",

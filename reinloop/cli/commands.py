@@ -11,7 +11,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command, Interrupt
@@ -19,13 +19,17 @@ from rich.console import Console
 
 from reinloop.checkpoint import database_label, is_postgres_url, open_checkpointer
 from reinloop.cli import EXIT_CODES, CommandError, display, review
+from reinloop.config import AgentConfig
 from reinloop.errors import ReinloopError
 from reinloop.state import read_input
+
+if TYPE_CHECKING:
+    from reinloop.models import ChosenModel
 
 __all__ = ["default_db", "evaluate", "graph", "history", "resume", "run", "show"]
 
 # Run settings saved with each checkpoint (never keys), so `resume` rebuilds the same agent.
-SETTINGS = ("model", "base_url", "workspace", "protocol", "approve")
+SETTINGS = ("model", "base_url", "workspace", "protocol", "approve", "preset")
 # The toolset's tools whose calls wait for the person at the terminal unless --approve names others: those
 # that change files and data.
 DEFAULT_APPROVALS = ("file_write", "db_insert")
@@ -67,6 +71,8 @@ def resume(args: argparse.Namespace, console: Console) -> int:
     with _database(args.db, must_exist=True) as db:
         saved = _saved_settings(db, args.thread)
         settings = {**saved, **{k: v for k, v in _given(args).items() if v is not None}}
+        if args.preset and not args.protocol:
+            settings["protocol"] = None  # the new preset's protocol, not the one the run was saved with
         with _agent(args, settings, db) as (agent, settings):
             config = _run_config(args.thread, settings)
             if not args.quiet:
@@ -80,7 +86,7 @@ def _given(args: argparse.Namespace) -> dict[str, Any]:
     workspace = str(args.workspace.resolve()) if args.workspace else None
     approve = ",".join(args.approve) if args.approve else None
     return {"model": args.model, "base_url": args.base_url, "workspace": workspace, "protocol": args.protocol,
-            "approve": approve}  # fmt: skip
+            "approve": approve, "preset": args.preset}  # fmt: skip
 
 
 def _stream(agent: Any, payload: Any, config: RunnableConfig, console: Console, args: argparse.Namespace) -> Any:
@@ -163,14 +169,15 @@ def _data_folder() -> Path:
 
 @contextmanager
 def _agent(args: argparse.Namespace, settings: dict[str, Any], db: _Database) -> Iterator[tuple[Any, dict[str, Any]]]:
-    from reinloop import AgentConfig, build_agent, default_toolset
+    from reinloop import build_agent, default_toolset
     from reinloop.models import model_from_settings
 
-    limits = {key: getattr(args, key) for key in LIMITS if getattr(args, key, None) is not None}
+    base = _preset_config(settings.get("preset"))
     with ExitStack() as stack:
-        chosen = stack.enter_context(model_from_settings(settings["model"], settings["base_url"], settings["protocol"]))
+        protocol = settings["protocol"] or base.protocol
+        chosen = stack.enter_context(model_from_settings(settings["model"], settings["base_url"], protocol))
         settings = {**settings, "model": chosen.label, "protocol": chosen.protocol}
-        config = AgentConfig(protocol=chosen.protocol, **chosen.config, **limits)
+        config = _agent_config(base, chosen, args)
         workspace = Path(settings["workspace"] or "reinloop-workspace")
         tools = default_toolset(workspace, model=chosen.model, weather_base_url=os.environ.get("REINLOOP_WEATHER_URL"))
         store = None if getattr(args, "no_memory", False) else _memory_store(stack, db.memory_path)
@@ -178,6 +185,21 @@ def _agent(args: argparse.Namespace, settings: dict[str, Any], db: _Database) ->
         agent = build_agent(chosen.model, tools, config=config, checkpointer=db.saver, store=store,
                             protocol=chosen.decision_protocol, approve=approve)  # fmt: skip
         yield agent, settings
+
+
+def _preset_config(name: str | None) -> AgentConfig:
+    """The settings a run starts from: its preset's (`reinloop.presets`), else AgentConfig's defaults."""
+    from reinloop.presets import preset
+
+    return preset(name) if name else AgentConfig()
+
+
+def _agent_config(base: AgentConfig, chosen: ChosenModel, args: argparse.Namespace) -> AgentConfig:
+    """The run's AgentConfig: the fields `base` sets, then the model's protocol and what suits the model, then
+    the limits given on the command line (an option left out is None and overrides nothing)."""
+    limits = {key: getattr(args, key) for key in LIMITS if getattr(args, key, None) is not None}
+    preset = base.model_dump(exclude_unset=True)
+    return AgentConfig(**{**preset, "protocol": chosen.protocol, **chosen.config, **limits})
 
 
 def _memory_store(stack: ExitStack, path: Path) -> Any:

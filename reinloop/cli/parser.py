@@ -6,11 +6,13 @@ import argparse
 from pathlib import Path
 
 from reinloop.cli import commands
+from reinloop.presets import PRESETS, canonical_name
 from reinloop.protocols import PROTOCOLS
 
-__all__ = ["DRAW_FORMATS", "PROTOCOL_CHOICES", "build_parser"]
+__all__ = ["DRAW_FORMATS", "PRESET_CHOICES", "PROTOCOL_CHOICES", "build_parser"]
 
 PROTOCOL_CHOICES = list(PROTOCOLS)
+PRESET_CHOICES = list(PRESETS)
 DRAW_FORMATS = ["mermaid", "ascii", "png", "svg", "dot"]
 
 
@@ -102,6 +104,13 @@ def _agent_options() -> argparse.ArgumentParser:
     options.add_argument("--model", help="a model string such as openai:gpt-4o-mini, or the model's name at --base-url")
     options.add_argument(
         "--base-url", help="an OpenAI-compatible server (Ollama, vLLM, llama.cpp), e.g. http://127.0.0.1:8080/v1"
+    )
+    options.add_argument(
+        "--preset",
+        type=canonical_name,
+        choices=PRESET_CHOICES,
+        help="a seed article's loop (reinloop.presets) as the base settings, which the other options override "
+        "(resume keeps the run's)",
     )
     options.add_argument("--protocol", choices=PROTOCOL_CHOICES, help="how the model states decisions")
     options.add_argument("--max-iterations", type=int)
