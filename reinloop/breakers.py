@@ -78,6 +78,8 @@ def tool_attempt_limit(state: AgentState, settings: AgentConfig) -> int:
 
 def _max_tool_attempts(state: AgentState, settings: AgentConfig) -> bool:
     # validate_args gives no call more attempts than are left, so the count reaches the limit at most.
+    if settings.max_tool_attempts is None and _max_iterations(state, settings):
+        return False  # the default budget is tool_attempts per round: used up with the rounds, the rounds ended it
     return state.get("tool_attempts", 0) >= tool_attempt_limit(state, settings)
 
 

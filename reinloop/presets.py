@@ -14,10 +14,8 @@ reflection turn before its error breaker, so every preset sets ``tool_attempts=1
 iteration limit, which the streak cannot reach within the run's rounds; a seed without a dead-loop rule gets
 ``loop_window=1``, so that calls are never compared across decisions.
 
-One consequence of ``tool_attempts=1``: reinloop's default tool-run budget (`max_tool_attempts` None) is then
-one run per round, so a run that ran a tool in every round and used up its rounds ends as
-``max_tool_attempts`` (that breaker comes before ``max_iterations`` in `reinloop.breakers`), where the seed
-stops at its iteration limit; a run with a round without a tool run ends as ``max_iterations``.
+With ``tool_attempts=1`` reinloop's default tool-run budget (`max_tool_attempts` None) is one run per round:
+it runs out with the rounds, and such a run ends as ``max_iterations``, as the seed's does.
 
     agent = build_agent(model, tools, config=preset("seed-002"))
 

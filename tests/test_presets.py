@@ -171,9 +171,9 @@ def test_seed_002_goes_on_after_every_error_until_its_six_iterations():
 def test_seed_003_goes_on_after_tool_errors_until_its_five_iterations():
     replies = [json_action("explode", {"reason": str(n)}) for n in range(5)]
     result, model = run("seed-003", replies)
-    # With one tool run a round (tool_attempts=1), the run's tool-run budget runs out with its rounds, and the
-    # breakers' table puts max_tool_attempts before max_iterations.
-    assert (result["finish_reason"], result["iteration"], len(model.calls)) == ("max_tool_attempts", 5, 5)
+    # With one tool run a round (tool_attempts=1), the default tool-run budget runs out with the rounds: the
+    # rounds ended the run, as the seed's MAX_ITER does.
+    assert (result["finish_reason"], result["iteration"], len(model.calls)) == ("max_iterations", 5, 5)
     failures = [m.text for m in result["messages"] if isinstance(m, ToolMessage)]
     assert len(failures) == 5 and not any("attempts" in text for text in failures)  # each ran once
 

@@ -174,7 +174,8 @@ def _agent(args: argparse.Namespace, settings: dict[str, Any], db: _Database) ->
 
     base = _preset_config(settings.get("preset"))
     with ExitStack() as stack:
-        protocol = settings["protocol"] or base.protocol
+        # The protocol typed, else the preset's, else the model's own (the embedded model has no tool calling).
+        protocol = settings["protocol"] or (base.protocol if "protocol" in base.model_fields_set else None)
         chosen = stack.enter_context(model_from_settings(settings["model"], settings["base_url"], protocol))
         settings = {**settings, "model": chosen.label, "protocol": chosen.protocol}
         config = _agent_config(base, chosen, args)

@@ -320,7 +320,7 @@ def local_protocol(name: str | None) -> _Transcript:
     chosen = name or LOCAL_DEFAULT_PROTOCOL
     if chosen not in LOCAL_PROTOCOLS:
         raise ConfigurationError(
-            f"the embedded model has no native tool calling; use a text protocol: one of {list(LOCAL_PROTOCOLS)} "
-            f"(got {chosen!r})"
+            f"the embedded model has no native tool calling; use a text protocol (--protocol): one of "
+            f"{list(LOCAL_PROTOCOLS)} (got {chosen!r})"
         )
     return LOCAL_PROTOCOLS[chosen]()
