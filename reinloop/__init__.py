@@ -3,9 +3,10 @@
 from reinloop.checkpoint import open_checkpointer, sqlite_checkpointer
 from reinloop.config import AgentConfig
 from reinloop.draw import draw
-from reinloop.errors import ConfigurationError, InputError, InvariantError, ReinloopError, ResumeError
+from reinloop.errors import ConfigurationError, InputError, InvariantError, PruneError, ReinloopError, ResumeError
 from reinloop.graph import build_agent
 from reinloop.protocols import DecisionProtocol, JsonProtocol, ToolCallingProtocol
+from reinloop.prune import Mark, PruneReport, mark, marks, prune, unmark
 from reinloop.resume import prepare_resume, resume
 from reinloop.state import FINISH_REASONS, AgentInput, AgentState, FinishReason
 from reinloop.tools import ToolRegistry, accept_any, default_toolset, idempotency_key, reject_empty
@@ -21,6 +22,9 @@ __all__ = [
     "InputError",
     "InvariantError",
     "JsonProtocol",
+    "Mark",
+    "PruneError",
+    "PruneReport",
     "ReinloopError",
     "ResumeError",
     "ToolCallingProtocol",
@@ -30,9 +34,13 @@ __all__ = [
     "default_toolset",
     "draw",
     "idempotency_key",
+    "mark",
+    "marks",
     "open_checkpointer",
     "prepare_resume",
+    "prune",
     "reject_empty",
     "resume",
     "sqlite_checkpointer",
+    "unmark",
 ]
