@@ -100,8 +100,9 @@ def prune(
     Each thread is pruned in one transaction that first locks out other writers (SQLite) or reads one
     snapshot (PostgreSQL): a run appending to the thread meanwhile keeps every checkpoint it saves, since
     only checkpoints older than the latest at that moment are deleted. Forking or replaying a thread from a
-    checkpoint while it is pruned is not safe. `dry_run` rolls each transaction back: the report says what
-    would go.
+    checkpoint while it is pruned is not safe. On PostgreSQL a thread whose rows another transaction changes
+    meanwhile (a second prune) fails with psycopg's ``SerializationFailure``, the threads before it pruned:
+    running it again is safe. `dry_run` rolls each transaction back: the report says what would go.
 
     SQLite files do not shrink by themselves: `vacuum` rewrites the file afterwards (SQLite ``VACUUM``, which
     needs the file to itself for a moment and as much free disk as the file). On PostgreSQL `vacuum` runs a
@@ -113,7 +114,7 @@ def prune(
     if keep < 1:
         raise ConfigurationError(f"keep must be at least 1 (the latest checkpoint resumes a thread), got {keep!r}")
     chosen = [threads] if isinstance(threads, str) else None if threads is None else list(threads)
-    pinned = frozenset(keep_ids)
+    pinned = frozenset([keep_ids] if isinstance(keep_ids, str) else keep_ids)
     with _tables(database) as tables:
         before = tables.size()
         totals = [0, 0, 0, 0]

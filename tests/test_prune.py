@@ -178,7 +178,7 @@ def test_marked_and_kept_ids_survive_and_other_threads_are_untouched(database):
         assert marked == history[5]
         assert mark(saver, thread) == history[0]  # without an id: the latest
 
-        prune(saver, thread["configurable"]["thread_id"], keep_ids=[history[9]])
+        prune(saver, thread["configurable"]["thread_id"], keep_ids=history[9])  # one id, or several
 
         assert ids(agent, thread) == [history[0], history[5], history[9]]
         assert ids(agent, other) == other_history
@@ -202,8 +202,9 @@ def test_pruning_every_thread_and_a_dry_run(database):
         assert dry.dry_run and (dry.threads, dry.checkpoints) == (2, sum(counts) - 2)
         assert [len(ids(agent, thread)) for thread in threads] == counts  # nothing deleted
 
-        report = prune(saver)  # every thread in the database
+        report = prune(saver, vacuum=True)  # every thread in the database
         assert report.threads >= 2 and report.checkpoints >= sum(counts) - 2
+        assert report.bytes_before > 0 and report.bytes_after > 0
         assert [len(ids(agent, thread)) for thread in threads] == [1, 1]
 
 

@@ -193,8 +193,9 @@ def _plain(value: Any) -> Any:
 def prune_report(console: Console, report: PruneReport, location: str) -> None:
     """What `reinloop prune` deleted, or would delete with --dry-run, and the database's size."""
     verb = "would delete" if report.dry_run else "deleted"
-    counts = f"{report.checkpoints} checkpoints, {report.writes} pending writes and {report.blobs} stored values"
-    console.print(Text(f"{verb} {counts} of {report.threads} threads; {report.kept} checkpoints kept"))
+    counts = f"{_count(report.checkpoints, 'checkpoint')}, {_count(report.writes, 'pending write')} and "
+    counts += f"{_count(report.blobs, 'stored value')} of {_count(report.threads, 'thread')}"
+    console.print(Text(f"{verb} {counts}; {_count(report.kept, 'checkpoint')} kept"))
     console.print(Text(f"{location}: {_size(report.bytes_before)} before, {_size(report.bytes_after)} after", "dim"))
     if report.refused:
         left = f"left whole, as their graph uses a DeltaChannel: {', '.join(report.refused)}"
@@ -215,6 +216,10 @@ def unmarked(console: Console, thread: str, checkpoint: str, removed: bool) -> N
         console.print(Text(f"unmarked checkpoint {checkpoint} of thread {thread}: prune may delete it"))
     else:
         console.print(Text(f"checkpoint {checkpoint} of thread {thread} was not marked"))
+
+
+def _count(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def _size(count: int) -> str:
