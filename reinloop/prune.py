@@ -16,7 +16,7 @@ import contextlib
 import sqlite3
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
@@ -117,20 +117,18 @@ def prune(
     pinned = frozenset([keep_ids] if isinstance(keep_ids, str) else keep_ids)
     with _tables(database) as tables:
         before = tables.size()
-        totals = [0, 0, 0, 0]
-        found, refused = 0, []
+        total, found, refused = _Pruned(), 0, []
         for thread in tables.thread_ids() if chosen is None else chosen:
             with tables.transaction(commit=not dry_run):
-                counts = _prune_thread(tables, thread, keep, pinned)
-            if counts is None:
+                pruned = _prune_thread(tables, thread, keep, pinned)
+            if pruned is None:
                 refused.append(thread)
-            elif counts:
-                found += 1
-                totals = [total + count for total, count in zip(totals, counts, strict=True)]
+            else:
+                total, found = total + pruned, found + (pruned.kept > 0)  # a thread that exists keeps one
         if vacuum and not dry_run:
             tables.vacuum()
-        checkpoints, writes, blobs, kept = totals
-        return PruneReport(found, checkpoints, writes, blobs, kept, before, tables.size(), tuple(refused), dry_run)
+        return PruneReport(found, total.checkpoints, total.writes, total.blobs, total.kept, before, tables.size(),
+                           tuple(refused), dry_run)  # fmt: skip
 
 
 def mark(database: Database, config: RunnableConfig, label: str = "") -> str:
@@ -170,12 +168,24 @@ def marks(database: Database, thread_id: str | None = None) -> list[Mark]:
 # one thread ----------------------------------------------------------------------------------------------
 
 
-def _prune_thread(tables: _Tables, thread: str, keep: int, pinned: frozenset[str]) -> tuple[int, ...] | None:
-    """Delete what `thread` no longer needs: (checkpoints, writes, blobs, kept); () for an unknown thread,
-    None for one left whole."""
+@dataclass(frozen=True)
+class _Pruned:
+    """What went from one thread (or several, added up), and how many checkpoints stayed."""
+
+    checkpoints: int = 0
+    writes: int = 0
+    blobs: int = 0
+    kept: int = 0
+
+    def __add__(self, other: _Pruned) -> _Pruned:
+        return _Pruned(*(mine + theirs for mine, theirs in zip(astuple(self), astuple(other), strict=True)))
+
+
+def _prune_thread(tables: _Tables, thread: str, keep: int, pinned: frozenset[str]) -> _Pruned | None:
+    """Delete what `thread` no longer needs (nothing kept: no such thread); None for a thread left whole."""
     rows = tables.checkpoints(thread)
     if not rows:
-        return ()
+        return _Pruned()
     if tables.uses_delta_channels(thread):
         return None
     parents: dict[tuple[str, str], str | None] = {(ns, cid): parent for ns, cid, parent in rows}
@@ -183,22 +193,22 @@ def _prune_thread(tables: _Tables, thread: str, keep: int, pinned: frozenset[str
     by_ns: dict[str, list[str]] = defaultdict(list)
     for ns, cid, _ in rows:
         by_ns[ns].append(cid)
-    totals = [0, 0, 0, 0]
+    pruned = _Pruned()
     for ns, ids in by_ns.items():
         latest = sorted(ids, reverse=True)[:keep]  # ids sort by time: the latest is what get_state loads
         kept = {*latest, *(cid for cid in ids if cid in pinned or (ns, cid) in marked)}
         deleted = [cid for cid in ids if cid not in kept]
-        totals[3] += len(kept)
         if not deleted:
+            pruned += _Pruned(kept=len(kept))
             continue
-        totals[1] += tables.delete_writes(thread, ns, deleted)
-        totals[2] += tables.delete_blobs(thread, ns, deleted)
-        totals[0] += tables.delete_checkpoints(thread, ns, deleted)
+        writes = tables.delete_writes(thread, ns, deleted)
+        blobs = tables.delete_blobs(thread, ns, deleted)  # before the checkpoints: it reads what they name
+        pruned += _Pruned(tables.delete_checkpoints(thread, ns, deleted), writes, blobs, len(kept))
         tables.relink(thread, ns, _relinked(ns, kept, parents))
     if stale := marked - parents.keys():  # marks of checkpoints deleted by other means (delete_thread)
         for ns in {ns for ns, _ in stale}:
             tables.remove_marks(thread, ns, [cid for n, cid in stale if n == ns])
-    return tuple(totals)
+    return pruned
 
 
 def _relinked(ns: str, kept: set[str], parents: dict[tuple[str, str], str | None]) -> dict[str, str | None]:

@@ -245,16 +245,30 @@ def test_a_run_saving_while_its_thread_is_pruned_keeps_every_new_checkpoint(data
     assert history[-1].parent_config is None
 
 
+def saved(saver, thread_id, ns, count, **metadata):
+    """`count` empty checkpoints saved one after another in namespace `ns` of the thread."""
+    config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
+    for step in range(count):
+        config = saver.put(config, empty_checkpoint(), {"source": "loop", "step": step, **metadata}, {})
+
+
+def test_each_namespace_keeps_its_latest_checkpoints(database):
+    thread = new_thread()["configurable"]["thread_id"]
+    with open_checkpointer(database) as saver:
+        saved(saver, thread, "", 3)
+        saved(saver, thread, "tool:1", 4)
+        report = prune(saver, thread, keep=2)
+        left = {ns: len(list(saver.list({"configurable": {"thread_id": thread, "checkpoint_ns": ns}})))
+                for ns in ("", "tool:1")}  # fmt: skip
+    assert (report.checkpoints, report.kept, left) == (3, 4, {"": 2, "tool:1": 2})
+
+
 def test_a_thread_with_a_delta_channel_is_left_whole(tmp_path):
     saver = sqlite_checkpointer(tmp_path / "runs.sqlite")
-    thread = {"configurable": {"thread_id": "delta", "checkpoint_ns": ""}}
-    config = thread
-    for _ in range(3):
-        metadata = {"source": "loop", "step": 1, "counters_since_delta_snapshot": {"items": [1, 1]}}
-        config = saver.put(config, empty_checkpoint(), metadata, {})
+    saved(saver, "delta", "", 3, counters_since_delta_snapshot={"items": [1, 1]})
     report = prune(saver)
     assert (report.refused, report.checkpoints) == (("delta",), 0)
-    assert len(list(saver.list(thread))) == 3
+    assert len(list(saver.list({"configurable": {"thread_id": "delta"}}))) == 3
     saver.conn.close()
 
 
