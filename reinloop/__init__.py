@@ -3,10 +3,11 @@
 from reinloop.checkpoint import open_checkpointer, sqlite_checkpointer
 from reinloop.config import AgentConfig
 from reinloop.draw import draw
-from reinloop.errors import ConfigurationError, InputError, InvariantError, ReinloopError, ResumeError
+from reinloop.errors import ConfigurationError, InputError, InvariantError, PruneError, ReinloopError, ResumeError
 from reinloop.graph import build_agent
 from reinloop.presets import PRESETS, preset
 from reinloop.protocols import DecisionProtocol, JsonProtocol, ToolCallingProtocol
+from reinloop.prune import Mark, PruneReport, mark, marks, prune, unmark
 from reinloop.resume import prepare_resume, resume
 from reinloop.state import FINISH_REASONS, AgentInput, AgentState, FinishReason
 from reinloop.tools import ToolRegistry, accept_any, default_toolset, idempotency_key, reject_empty
@@ -23,6 +24,9 @@ __all__ = [
     "InputError",
     "InvariantError",
     "JsonProtocol",
+    "Mark",
+    "PruneError",
+    "PruneReport",
     "ReinloopError",
     "ResumeError",
     "ToolCallingProtocol",
@@ -32,10 +36,14 @@ __all__ = [
     "default_toolset",
     "draw",
     "idempotency_key",
+    "mark",
+    "marks",
     "open_checkpointer",
     "prepare_resume",
     "preset",
+    "prune",
     "reject_empty",
     "resume",
     "sqlite_checkpointer",
+    "unmark",
 ]

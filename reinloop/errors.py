@@ -6,7 +6,7 @@ data in state and observations for the model. These classes are for developers a
 
 from __future__ import annotations
 
-__all__ = ["ConfigurationError", "InputError", "InvariantError", "ReinloopError", "ResumeError"]
+__all__ = ["ConfigurationError", "InputError", "InvariantError", "PruneError", "ReinloopError", "ResumeError"]
 
 
 class ReinloopError(Exception):
@@ -19,6 +19,10 @@ class ConfigurationError(ReinloopError, ValueError):
 
 class ResumeError(ReinloopError):
     """A thread cannot be resumed as asked (unknown thread, already answered, hint on a running step)."""
+
+
+class PruneError(ReinloopError, LookupError):
+    """A checkpoint cannot be marked or unmarked as asked: the thread or checkpoint is not in the database."""
 
 
 class InputError(ReinloopError, ValueError):

@@ -1,5 +1,6 @@
-"""The `reinloop` command: run a task, resume a thread, inspect its history and state, draw the graph, and
-run the fault-injection benchmark (`reinloop eval`).
+"""The `reinloop` command: run a task, resume a thread, inspect its history and state, prune superseded
+checkpoints (`reinloop prune`, keeping those marked with `reinloop mark`), draw the graph, and run the
+fault-injection benchmark (`reinloop eval`).
 
 Runs are saved in a SQLite file in the user's data folder (`--db` or REINLOOP_DB to change it: a file path
 or a ``postgresql://`` URL), so any run can be resumed or inspected later by its thread id. Exit codes: one

@@ -26,7 +26,7 @@ from reinloop.state import read_input
 if TYPE_CHECKING:
     from reinloop.models import ChosenModel
 
-__all__ = ["default_db", "evaluate", "graph", "history", "resume", "run", "show"]
+__all__ = ["default_db", "evaluate", "graph", "history", "mark", "prune", "resume", "run", "show"]
 
 # Run settings saved with each checkpoint (never keys), so `resume` rebuilds the same agent.
 SETTINGS = ("model", "base_url", "workspace", "protocol", "approve", "preset")
@@ -219,13 +219,15 @@ def _memory_store(stack: ExitStack, path: Path) -> Any:
 
 def history(args: argparse.Namespace, console: Console) -> int:
     from reinloop.graph import agent_topology
+    from reinloop.prune import marks
 
     with _database(args.db, must_exist=True) as db:
         config: RunnableConfig = {"configurable": {"thread_id": args.thread}}
         snapshots = list(agent_topology(db.saver).get_state_history(config))
         if not snapshots:
             raise CommandError(f"unknown thread {args.thread!r} in {db.location}")
-        display.history_table(console, args.thread, snapshots)
+        labels = {found.checkpoint_id: found.label or "marked" for found in marks(db.saver, args.thread)}
+        display.history_table(console, args.thread, snapshots, labels)
     return 0
 
 
@@ -241,6 +243,62 @@ def show(args: argparse.Namespace, console: Console) -> int:
         else:
             display.thread_state(console, args.thread, snapshot)
     return 0
+
+
+# a bounded database ------------------------------------------------------------------------------------
+
+
+def prune(args: argparse.Namespace, console: Console) -> int:
+    from reinloop.prune import prune as prune_database
+
+    if args.keep < 1:
+        raise CommandError("--keep must be at least 1: the latest checkpoint is what resumes a thread")
+    if args.keep_ids and not args.threads:
+        raise CommandError("--keep-id needs the thread of the checkpoint: give it with --thread")
+    with _database(args.db, must_exist=True) as db:
+        known = [_checkpoint_ids(db, thread) for thread in args.threads or ()]
+        keep_ids = [_resolved(given, [cid for ids in known for cid in ids]) for given in args.keep_ids]
+        report = prune_database(db.saver, args.threads, keep=args.keep, keep_ids=keep_ids, vacuum=args.vacuum,
+                                dry_run=args.dry_run)  # fmt: skip
+        display.prune_report(console, report, db.location)
+    return 0
+
+
+def mark(args: argparse.Namespace, console: Console) -> int:
+    from reinloop.prune import mark as mark_checkpoint
+    from reinloop.prune import unmark
+
+    if args.remove and args.checkpoint is None:
+        raise CommandError("--remove needs the marked checkpoint: give it with --checkpoint")
+    with _database(args.db, must_exist=True) as db:
+        ids = _checkpoint_ids(db, args.thread)
+        chosen = _resolved(args.checkpoint, ids) if args.checkpoint else ids[0]
+        config: RunnableConfig = {"configurable": {"thread_id": args.thread, "checkpoint_id": chosen}}
+        if args.remove:
+            display.unmarked(console, args.thread, chosen, unmark(db.saver, config))
+        else:
+            display.marked(console, args.thread, mark_checkpoint(db.saver, config, args.label), args.label)
+    return 0
+
+
+def _checkpoint_ids(db: _Database, thread: str) -> list[str]:
+    """The ids of the thread's checkpoints, newest first."""
+    ids = [
+        found.config["configurable"]["checkpoint_id"]
+        for found in db.saver.list({"configurable": {"thread_id": thread}})
+    ]
+    if not ids:
+        raise CommandError(f"unknown thread {thread!r} in {db.location}")
+    return ids
+
+
+def _resolved(given: str, ids: list[str]) -> str:
+    """The one id in `ids` that `given` ends: ids are long, and 'history' shows their last characters."""
+    matches = [cid for cid in ids if cid.endswith(given)]
+    if len(matches) != 1:
+        found = "no checkpoint" if not matches else f"{len(matches)} checkpoints"
+        raise CommandError(f"{found} of the thread has an id ending in {given!r}; see 'reinloop history THREAD'")
+    return matches[0]
 
 
 def graph(args: argparse.Namespace, console: Console) -> int:

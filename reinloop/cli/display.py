@@ -9,7 +9,7 @@ and ``'reinloop[eval]'`` would lose its ``[eval]``.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +24,7 @@ from reinloop.graph import CHECK_FINISH, VALIDATE_ARGS
 if TYPE_CHECKING:
     from reinloop.eval.benchmark import Benchmark
     from reinloop.eval.grid import Grid
+    from reinloop.prune import PruneReport
 
 __all__ = [
     "SHOWN_CHARS",
@@ -31,15 +32,18 @@ __all__ = [
     "benchmark_report",
     "final_report",
     "history_table",
+    "marked",
+    "prune_report",
     "resume_header",
     "run_header",
     "state_json",
     "thread_state",
+    "unmarked",
     "wrote",
 ]
 
 SHOWN_CHARS = 160
-HISTORY_COLUMNS = ("step", "source", "next", "round", "errors", "tokens", "finish", "saved at", "checkpoint")
+HISTORY_COLUMNS = ("step", "source", "next", "round", "errors", "tokens", "finish", "saved at", "checkpoint", "mark")
 
 
 # a run as it streams ----------------------------------------------------------------------------------
@@ -116,8 +120,11 @@ def final_report(console: Console, values: dict[str, Any], thread: str, quiet: b
 # a saved thread ---------------------------------------------------------------------------------------
 
 
-def history_table(console: Console, thread: str, snapshots: Sequence[StateSnapshot]) -> None:
-    """The thread's checkpoints, oldest first."""
+def history_table(
+    console: Console, thread: str, snapshots: Sequence[StateSnapshot], labels: Mapping[str, str] | None = None
+) -> None:
+    """The thread's checkpoints, oldest first, with the labels of those marked to keep (by checkpoint id)."""
+    labels = labels or {}
     table = Table(title=Text(f"thread {thread}: {len(snapshots)} checkpoints"))
     for column in HISTORY_COLUMNS:
         table.add_column(column)
@@ -133,6 +140,7 @@ def history_table(console: Console, thread: str, snapshots: Sequence[StateSnapsh
             values.get("finish_reason") or "",
             (snapshot.created_at or "")[:19].replace("T", " "),
             snapshot.config["configurable"]["checkpoint_id"][-8:],
+            labels.get(snapshot.config["configurable"]["checkpoint_id"], ""),
         )
         table.add_row(*(Text(str(cell)) for cell in cells))
     console.print(table)
@@ -177,6 +185,45 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_plain(item) for item in value]
     return value
+
+
+# a bounded database ----------------------------------------------------------------------------------
+
+
+def prune_report(console: Console, report: PruneReport, location: str) -> None:
+    """What `reinloop prune` deleted, or would delete with --dry-run, and the database's size."""
+    verb = "would delete" if report.dry_run else "deleted"
+    counts = f"{_count(report.checkpoints, 'checkpoint')}, {_count(report.writes, 'pending write')} and "
+    counts += f"{_count(report.blobs, 'stored value')} of {_count(report.threads, 'thread')}"
+    console.print(Text(f"{verb} {counts}; {_count(report.kept, 'checkpoint')} kept"))
+    console.print(Text(f"{location}: {_size(report.bytes_before)} before, {_size(report.bytes_after)} after", "dim"))
+    if report.refused:
+        left = f"left whole, as their graph uses a DeltaChannel: {', '.join(report.refused)}"
+        console.print(Text(left, "yellow"), soft_wrap=True)
+    if report.dry_run:
+        console.print(Text("dry run: nothing was deleted", "dim"))
+    elif report.checkpoints and report.bytes_after >= report.bytes_before:
+        console.print(Text("the freed space is reused by later runs; --vacuum shrinks a SQLite file", "dim"))
+
+
+def marked(console: Console, thread: str, checkpoint: str, label: str) -> None:
+    labelled = f" ({label})" if label else ""
+    console.print(Text(f"marked checkpoint {checkpoint} of thread {thread}{labelled}: prune keeps it"))
+
+
+def unmarked(console: Console, thread: str, checkpoint: str, removed: bool) -> None:
+    if removed:
+        console.print(Text(f"unmarked checkpoint {checkpoint} of thread {thread}: prune may delete it"))
+    else:
+        console.print(Text(f"checkpoint {checkpoint} of thread {thread} was not marked"))
+
+
+def _count(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def _size(count: int) -> str:
+    return f"{count / 1e6:.1f} MB" if count >= 100_000 else f"{count / 1e3:.1f} kB"
 
 
 # files ------------------------------------------------------------------------------------------------

@@ -45,6 +45,34 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--json", action="store_true", help="print the state as JSON")
     show.set_defaults(handler=commands.show)
 
+    prune = subcommands.add_parser(
+        "prune", parents=[database], help="delete superseded checkpoints: keep each thread's latest and marked ones"
+    )
+    prune.add_argument(
+        "--thread", action="append", dest="threads", metavar="ID", help="a thread to prune (repeat; default: all)"
+    )
+    prune.add_argument("--keep", type=int, default=1, help="latest checkpoints to keep per thread (default: 1)")
+    prune.add_argument(
+        "--keep-id",
+        action="append",
+        default=[],
+        dest="keep_ids",
+        metavar="ID",
+        help="a checkpoint to keep, its id as 'history' shows it (repeat for more; needs --thread)",
+    )
+    prune.add_argument(
+        "--vacuum", action="store_true", help="shrink the SQLite file afterwards (PostgreSQL: VACUUM the tables)"
+    )
+    prune.add_argument("--dry-run", action="store_true", help="report what would be deleted; delete nothing")
+    prune.set_defaults(handler=commands.prune)
+
+    mark = subcommands.add_parser("mark", parents=[database], help="keep a checkpoint through every prune")
+    mark.add_argument("thread")
+    mark.add_argument("--checkpoint", metavar="ID", help="its id as 'history' shows it (default: the latest)")
+    mark.add_argument("--label", default="", help="why it is kept, shown by 'history'")
+    mark.add_argument("--remove", action="store_true", help="unmark it: prune may delete it again")
+    mark.set_defaults(handler=commands.mark)
+
     evaluation = subcommands.add_parser("eval", help="run the fault-injection benchmark: four agents, 50 tasks")
     evaluation.add_argument("--fault-rate", type=float, default=0.2, help="model mistakes per decision (0-1)")
     evaluation.add_argument("--tool-fault-rate", type=float, default=0.1, help="tool faults per call (0-1)")
