@@ -110,6 +110,16 @@ def test_eval_writes_the_report(home):
     assert cli("eval", "--fault-rate", "2", home=home).returncode == 2
 
 
+def test_eval_presets_adds_a_row_per_seed_preset(home):
+    done = cli("eval", "--presets", "--tasks", "2", "--out", "report", home=home)
+    assert done.returncode == 0, done.stderr
+    report = json.loads((home / "report" / "report.json").read_text())
+    rows = list(report["summary"])
+    assert rows[:4] == ["naive loop", "create_agent", "create_agent + middleware", "reinloop"]
+    assert rows[4:] == ["preset seed-000", "preset seed-002", "preset seed-003", "preset seed-004"]
+    assert "| preset seed-004 |" in done.stdout
+
+
 def test_eval_grid_prints_the_table_and_writes_markdown_json_and_png(home):
     done = cli("eval", "--grid", "--tasks", "2", "--fault-rates", "0.2", "0.4", "--correct-rates", "0.5",
                "--seeds", "3", "4", "--runaway-rate", "1", "--out", "grid", home=home)  # fmt: skip
@@ -132,8 +142,22 @@ def test_eval_grid_prints_the_table_and_writes_markdown_json_and_png(home):
         (["--runaway-rate", "1.5"], "--runaway-rate must be between 0 and 1"),
         (["--stubborn-rate", "-0.1"], "--stubborn-rate must be between 0 and 1"),
         (["--runaway-rounds", "0"], "--runaway-rounds must be at least 1"),
+        (["--presets", "--grid"], "--presets runs the simulated model on one profile"),
+        (["--presets", "--local"], "--presets runs the simulated model on one profile"),
+        (["--protocol", "react"], "--protocol is a real model's"),
     ],
-    ids=["fault-rates", "correct-rates", "real-model", "workers", "runaway-rate", "stubborn-rate", "runaway-rounds"],
+    ids=[
+        "fault-rates",
+        "correct-rates",
+        "real-model",
+        "workers",
+        "runaway-rate",
+        "stubborn-rate",
+        "runaway-rounds",
+        "presets-grid",
+        "presets-real",
+        "protocol-simulated",
+    ],
 )
 def test_eval_option_mistakes_are_usage_errors(home, args, message):
     done = cli("eval", *args, home=home)

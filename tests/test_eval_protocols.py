@@ -8,8 +8,10 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from reinloop import AgentConfig, build_agent
-from reinloop.eval import SUITE, FaultProfile, SimulatedModel
+from reinloop.eval import SUITE, FaultProfile, SimulatedModel, evaluate_suite
+from reinloop.eval.run import PRESET_AGENTS, protocol_of
 from reinloop.eval.simulated import _observed, _progress, read_back, written
+from reinloop.presets import PRESETS, preset
 from reinloop.protocols import get_protocol
 from reinloop.tools.registry import ToolRegistry
 from reinloop.tools.toolset import default_toolset
@@ -98,3 +100,19 @@ def test_reinloop_solves_the_suite_in_each_format_without_faults_and_never_crash
                 assert result["finish_reason"] in ("answered", "error_streak", "dead_loop", "max_iterations")
                 extra_decisions += model.decisions - len(task.plan) - 1
     assert extra_decisions > 0  # the faults took effect
+
+
+def test_every_preset_runs_the_whole_suite_in_its_protocol_without_a_crash_and_within_its_rounds():
+    profile = FaultProfile(fault_rate=0.3, correct_rate=0.5, tool_fault_rate=0.2, slow_s=0.04)
+    records = evaluate_suite(profile=profile, seed=3, agents=PRESET_AGENTS)
+    assert len(records) == len(SUITE) * len(PRESETS)
+    assert [(r.agent, r.task, r.finish) for r in records if r.crashed] == []
+    for record in records:
+        limit = preset(record.agent.removeprefix("preset ")).max_iterations
+        assert record.rounds <= limit, record
+    by_agent = {agent: [r for r in records if r.agent == agent] for agent in PRESET_AGENTS}
+    # each writes its own format and still solves most tasks: the simulated model speaks every protocol
+    assert all(sum(r.success for r in runs) >= len(SUITE) // 2 for runs in by_agent.values()), {
+        agent: sum(r.success for r in runs) for agent, runs in by_agent.items()
+    }
+    assert [protocol_of(agent) for agent in PRESET_AGENTS] == ["tool_calling", "react", "json", "call_tool"]

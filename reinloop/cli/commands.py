@@ -323,6 +323,10 @@ def evaluate(args: argparse.Namespace, console: Console) -> int:
         raise CommandError(
             "--protocol is a real model's (--model, --base-url or --local); the simulated one writes each agent's"
         )
+    if args.presets and (args.model or args.base_url or args.local or args.grid):
+        raise CommandError(
+            "--presets runs the simulated model on one profile: leave out --model, --base-url, --local and --grid"
+        )
     if args.grid:
         return _grid(args, profile, console)
     with _progress_bar(console) as advance:
@@ -332,7 +336,7 @@ def evaluate(args: argparse.Namespace, console: Console) -> int:
 
         result = run_benchmark(profile, seed=args.seed, tasks=args.tasks, out=args.out, model=args.model,
                                base_url=args.base_url, local=args.local, protocol=args.protocol,
-                               progress=after_run)  # fmt: skip
+                               presets=args.presets, progress=after_run)  # fmt: skip
     display.benchmark_report(console, result)
     return 0
 

@@ -86,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation.add_argument("--local", action="store_true", help="the embedded local model (no faults)")
     evaluation.add_argument("--protocol", choices=PROTOCOL_CHOICES, help="the real model's protocol")
     evaluation.add_argument(
+        "--presets", action="store_true", help="the seed presets as more rows, each in its own protocol (simulated)"
+    )
+    evaluation.add_argument(
         "--runaway-rate", type=float, default=0.0, help="chance a run's model runs away once it knows the answer"
     )
     evaluation.add_argument("--runaway-rounds", type=int, help="calls a runaway makes, then answers (default: no end)")

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from reinloop.eval.run import AGENTS, evaluate_suite, markdown_table, write_report
+from reinloop.eval.run import AGENTS, PRESET_AGENTS, evaluate_suite, markdown_table, write_report
 from reinloop.eval.simulated import FaultProfile
 
 __all__ = ["REPORT_FILES", "Benchmark", "run_benchmark"]
@@ -39,17 +39,19 @@ def run_benchmark(
     base_url: str | None = None,
     local: bool = False,
     protocol: str | None = None,
+    presets: bool = False,
     progress: Callable[[int, int, str, str], None] | None = None,
 ) -> Benchmark:
     """The suite's first `tasks` tasks with the simulated model and `profile`'s faults, or, given `model`,
     `base_url` or `local`, with that real model (in `protocol`, else the model's default one) and no injected
-    faults; the report is written to `out`.
+    faults; the report is written to `out`. `presets`: the seed presets too, as rows beside the four agents
+    (simulated model only).
 
     `progress(done, total, agent, task)` is called after each run.
     """
     with ExitStack() as stack:
         real = None
-        agents: tuple[str, ...] = AGENTS
+        agents: tuple[str, ...] = AGENTS + (PRESET_AGENTS if presets else ())
         if model or base_url or local:
             from reinloop.models import LOCAL, model_from_settings
 

@@ -19,9 +19,11 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 
+from reinloop.config import AgentConfig, ProtocolName
 from reinloop.eval.simulated import FAULT_MODEL, FaultProfile, SimulatedModel, ToolStats, faulty_tools, summarizer_of
 from reinloop.eval.tasks import SUITE, EvalTask
 from reinloop.memory.tokens import TokenCounter
+from reinloop.presets import PRESETS, preset
 from reinloop.tools.toolset import default_toolset
 
 __all__ = [
@@ -29,6 +31,7 @@ __all__ = [
     "BUDGET",
     "HARD_STOPS",
     "METRICS",
+    "PRESET_AGENTS",
     "RunRecord",
     "evaluate_suite",
     "pyplot",
@@ -55,9 +58,13 @@ iterations, in which an unreadable reply is asked for again (so its decisions ca
 the others every decision. Wasted tool calls: tool executions that did not serve the task, all
 executions but the successful ones counted up to the number of steps in the task's reference plan (so a
 failed call, a retry, a repeat, any call beyond the plan counts; a call refused before it runs does not).
-Prompt tokens: what the agent sent the model at its decisions, counted with tiktoken."""
+Prompt tokens: what the agent sent the model at its decisions, counted with tiktoken: the messages, so for
+a preset whose protocol writes text (json, react, call_tool) the tool list in its system prompt, where native
+tool calls send the tools' schemas beside the messages, not counted here."""
 
 AGENTS = ("naive loop", "create_agent", "create_agent + middleware", "reinloop")
+# The seed articles' loops (`reinloop.presets`), as extra rows: each writes its own protocol's format.
+PRESET_AGENTS = tuple(f"preset {name}" for name in PRESETS)
 
 
 @dataclass
@@ -146,16 +153,12 @@ def _standard_middleware(model: BaseChatModel) -> list[Any]:
     ]
 
 
-def _reinloop(profile: FaultProfile, real: Any = None) -> Runner:
+def _reinloop(settings: dict[str, Any], protocol: Any = None) -> Runner:
+    """reinloop with an AgentConfig of `settings` (and a custom protocol object, if given)."""
+
     def run(model: BaseChatModel, tools: Sequence[BaseTool], task: EvalTask, config: RunnableConfig) -> Outcome:
         from reinloop import AgentConfig, build_agent
 
-        # A quarter of the simulated hang: slow calls time out, normal ones never come near the limit.
-        settings: dict[str, Any] = {"max_iterations": BUDGET, "tool_timeout_s": profile.slow_s / 4}
-        protocol = None
-        if real is not None:  # a real model: its protocol and limits, and real tool timeouts
-            settings = {"max_iterations": BUDGET, "protocol": real.protocol, **real.config}
-            protocol = real.decision_protocol
         agent = build_agent(
             model, list(tools), config=AgentConfig(**settings), summary_model=summarizer_of(model), protocol=protocol
         )
@@ -166,12 +169,34 @@ def _reinloop(profile: FaultProfile, real: Any = None) -> Runner:
 
 
 def _runners(profile: FaultProfile, real: Any = None) -> dict[str, Runner]:
+    # A quarter of the simulated hang: slow calls time out, normal ones never come near the limit. A preset
+    # keeps its own limits but gets this timeout too (no seed sets one), so that every row meets the same faults.
+    timeout = {"tool_timeout_s": profile.slow_s / 4}
+    if real is None:
+        reinloop = _reinloop({"max_iterations": BUDGET, **timeout})
+    else:  # a real model: its protocol and limits, and real tool timeouts
+        reinloop = _reinloop(
+            {"max_iterations": BUDGET, "protocol": real.protocol, **real.config}, real.decision_protocol
+        )
+    presets = {
+        agent: _reinloop({**_preset_of(agent).model_dump(exclude_unset=True), **timeout}) for agent in PRESET_AGENTS
+    }
     return {
         "naive loop": _naive,
         "create_agent": _create_agent(lambda model: []),
         "create_agent + middleware": _create_agent(_standard_middleware),
-        "reinloop": _reinloop(profile, real),
+        "reinloop": reinloop,
+        **presets,
     }
+
+
+def _preset_of(agent: str) -> AgentConfig:
+    return preset(agent.removeprefix("preset "))
+
+
+def protocol_of(agent: str) -> ProtocolName:
+    """The protocol the simulated model writes for `agent`: a preset's own, native tool calls for the others."""
+    return _preset_of(agent).protocol if agent in PRESET_AGENTS else "tool_calling"
 
 
 class _CallCounter(BaseCallbackHandler):
@@ -200,7 +225,8 @@ def run_task(agent: str, task: EvalTask, profile: FaultProfile, seed: int, folde
     stats = ToolStats()
     counter = _CallCounter()
     if real is None:
-        model: Any = SimulatedModel(task=task, profile=profile, seed=_seed(seed, task.id, agent, "model"))
+        seeded = _seed(seed, task.id, agent, "model")
+        model: Any = SimulatedModel(task=task, profile=profile, seed=seeded, protocol=protocol_of(agent))
         tools = default_toolset(workspace, model=model)
         tools = faulty_tools(tools, profile, _seed(seed, task.id, agent, "tools"), stats)
     else:
