@@ -55,3 +55,71 @@ def test_the_server_stops_with_its_block():
         assert httpx.get(f"{url}/models", timeout=5).status_code == 200
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"{url}/models", timeout=2)
+
+
+@pytest.mark.parametrize("name", ["json", "react", "call_tool"])
+def test_each_transcript_shows_worked_examples_its_own_protocol_reads(name):
+    from langchain_core.messages import AIMessage
+
+    from reinloop.models.local import EXAMPLES, local_protocol
+    from reinloop.tools import ToolRegistry
+    from reinloop.tools.toolset import default_toolset
+
+    protocol = local_protocol(name)
+    registry = ToolRegistry(default_toolset("unused-workspace"))
+    text = protocol.instructions(registry)
+    for example in EXAMPLES:
+        assert f"Task: {example.task}" in text
+        turns = [line for line in _example_lines(text, example.task) if not line.startswith(("Task:", "Observation:"))]
+        replies = _replies(turns, name)
+        decisions = [
+            protocol.parse(AIMessage(reply.removeprefix(protocol.turn_label)), registry)[0] for reply in replies
+        ]
+        ((_, tool, args, _),) = example.steps
+        assert decisions[0]["kind"] == "act" and decisions[0]["calls"][0]["name"] == tool
+        assert decisions[0]["calls"][0]["args"] == args
+        assert decisions[-1] == {**decisions[-1], "kind": "answer", "answer": example.answer}
+
+
+def _example_lines(text, task):
+    block = text.split(f"Task: {task}\n", 1)[1].split("\n\n", 1)[0]
+    return block.splitlines()
+
+
+def _replies(lines, name):
+    """The model's turns: one line each for json, else a thought line joined to the action line after it."""
+    if name == "json":
+        return lines
+    return ["\n".join(lines[i : i + 2]) for i in range(0, len(lines), 2)]
+
+
+@pytest.mark.parametrize("name", ["react", "call_tool"])
+def test_each_text_grammar_compiles_and_names_only_the_tools(name):
+    llama_cpp = pytest.importorskip("llama_cpp")
+    from reinloop.models.local import local_protocol
+    from reinloop.tools import CalculatorTool, ToolRegistry
+
+    grammar = local_protocol(name).constraint(ToolRegistry([CalculatorTool()]))["grammar"]
+    assert 'tool ::= "calculator"\n' in grammar
+    llama_cpp.LlamaGrammar.from_string(grammar, verbose=False)  # raises on a malformed grammar
+
+
+def test_the_transcript_is_one_message_ending_where_the_models_turn_starts():
+    from langchain_core.messages import HumanMessage, SystemMessage
+
+    from reinloop.models.local import local_protocol
+
+    prompt = [SystemMessage("rules"), HumanMessage("What is 2 + 3?"), HumanMessage("Observation: 5")]
+    json_transcript = local_protocol("json").finalize(prompt)
+    assert [m.type for m in json_transcript] == ["system", "human"]
+    assert json_transcript[1].text == "Task: What is 2 + 3?\nObservation: 5\nJSON action:"
+    assert local_protocol("react").finalize(prompt)[1].text == "Task: What is 2 + 3?\nObservation: 5"
+
+
+def test_the_embedded_model_refuses_native_tool_calling_with_the_protocols_it_has():
+    from reinloop import ConfigurationError
+    from reinloop.models.local import local_protocol
+
+    assert local_protocol(None).name == "json"
+    with pytest.raises(ConfigurationError, match=r"no native tool calling.*\['json', 'react', 'call_tool'\]"):
+        local_protocol("tool_calling")
