@@ -222,3 +222,22 @@ def test_a_note_after_a_failed_observation_does_not_change_how_the_simulated_mod
     assert [(c["name"], c["args"]) for c in reply.tool_calls] == [(step.tool, {"bogus": 1})]
     corrects = SimulatedModel(task=task, profile=FaultProfile(fault_rate=0.0, tool_fault_rate=0.0, correct_rate=1.0))
     assert corrects.invoke(sent).tool_calls[0]["args"] == step.args  # the plan's step: corrected
+
+
+def test_the_fault_wrappers_keep_each_tools_policy_but_run_in_this_process(tmp_path):
+    from reinloop.eval.simulated import ToolStats, faulty_tools
+    from reinloop.tools import ToolRegistry
+    from reinloop.tools.toolset import default_toolset
+
+    originals = ToolRegistry(default_toolset(tmp_path))
+    wrapped = ToolRegistry(faulty_tools(default_toolset(tmp_path), NO_FAULTS, 0, ToolStats()))
+    assert [entry.name for entry in wrapped] == [entry.name for entry in originals]
+    for entry in wrapped:
+        original = originals.get(entry.name)
+        assert (entry.cacheable, entry.idempotent, entry.retryable) == (
+            original.cacheable,
+            original.idempotent,
+            original.retryable,
+        ), entry.name
+        assert entry.isolation == "thread"  # the wrapper's draws and counts cannot cross to a worker process
+    assert not wrapped.get("file_read").cacheable and not wrapped.get("current_time").cacheable

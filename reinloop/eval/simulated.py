@@ -22,7 +22,7 @@ from reinloop.config import ProtocolName
 from reinloop.eval.tasks import TRANSLATIONS, EvalTask, Step
 from reinloop.memory.tokens import TokenCounter
 from reinloop.protocols import OBSERVATION_LABEL, DecisionProtocol, get_protocol, new_call_id
-from reinloop.tools.registry import ToolRegistry
+from reinloop.tools.registry import POLICY_KEY, ToolRegistry
 
 __all__ = ["FAULT_MODEL", "FaultProfile", "SimulatedModel", "faulty_tools", "summarizer_of"]
 
@@ -347,8 +347,15 @@ def faulty_tools(tools: Sequence[BaseTool], profile: FaultProfile, seed: int, st
                 time.sleep(profile.slow_s)
             return result
 
+        # The tool's run policy but its isolation: what reinloop may retry or answer from cache stays as with
+        # the tool itself, while the wrapper, whose draws and counts live here, runs in this process.
+        policy = {k: v for k, v in ((tool.metadata or {}).get(POLICY_KEY) or {}).items() if k != "isolation"}
         return StructuredTool.from_function(
-            func=run, name=tool.name, description=tool.description, args_schema=tool.args_schema
+            func=run,
+            name=tool.name,
+            description=tool.description,
+            args_schema=tool.args_schema,
+            metadata={POLICY_KEY: policy},
         )
 
     return [wrap(tool) for tool in tools]
