@@ -61,7 +61,7 @@ def test_a_runaway_is_recorded_over_budget_for_the_agents_the_evaluation_must_st
     assert {agent: record.finish for agent, record in records.items()} == {
         "naive loop": "cap",
         "create_agent": "recursion_limit",
-        "create_agent + middleware": "answered",  # its model call limit ends the run with a message
+        "create_agent + middleware": "call_limit",  # its model call limit ends the run with a note, no answer
         "reinloop": "max_iterations",
     }
     assert not any(record.crashed for record in records.values())

@@ -62,6 +62,8 @@ Prompt tokens: what the agent sent the model at its decisions, counted with tikt
 a preset whose protocol writes text (json, react, call_tool) the tool list in its system prompt, where native
 tool calls send the tools' schemas beside the messages, not counted here."""
 
+# How ModelCallLimitMiddleware's closing message starts when it ends a run (exit_behavior "end").
+CALL_LIMIT_TEXT = "Model call limits exceeded"
 AGENTS = ("naive loop", "create_agent", "create_agent + middleware", "reinloop")
 # The seed articles' loops (`reinloop.presets`), as extra rows: each writes its own protocol's format.
 PRESET_AGENTS = tuple(f"preset {name}" for name in PRESETS)
@@ -130,6 +132,8 @@ def _create_agent(middleware: Callable[[BaseChatModel], list[Any]]) -> Runner:
         except GraphRecursionError:
             return Outcome(None, "recursion_limit")
         last = result["messages"][-1]
+        if isinstance(last, AIMessage) and last.text.startswith(CALL_LIMIT_TEXT):
+            return Outcome(None, "call_limit")  # the middleware's note that it stopped, not an answer
         if isinstance(last, AIMessage) and not last.tool_calls:
             return Outcome(last.text, "answered")
         return Outcome(None, "stopped")
