@@ -195,7 +195,8 @@ def _settle_steps(
 
 
 def call_with_timeout(fn: Callable[[], T], timeout_s: float) -> T:
-    """Run `fn` in a daemon thread (a pooled one, `_Workers`) and return its value if it finished within `timeout_s` seconds.
+    """Run `fn` in a daemon thread (a pooled one: `_Workers`) and return its value if it finished within
+    `timeout_s` seconds.
 
     Python cannot kill a thread, so a hung call is abandoned rather than stopped: it keeps its daemon thread
     until it returns or the process exits, but it no longer blocks the agent (a hung sync tool would
