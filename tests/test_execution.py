@@ -259,6 +259,18 @@ def test_call_with_timeout_refuses_a_result_that_arrives_after_the_deadline():
         call_with_timeout(lambda: re.match(r"(a+)+$", "a" * 24 + "b"), 0.1)
 
 
+def test_a_hung_call_keeps_its_thread_and_later_calls_get_others():
+    # Threads are reused once their call returned (no thread start per call), never while it hangs.
+    release = threading.Event()
+    with pytest.raises(ToolTimeoutError):
+        call_with_timeout(lambda: (threading.get_ident(), release.wait(5))[0], 0.05)
+    first = call_with_timeout(threading.get_ident, 1)
+    time.sleep(0.05)  # the worker goes back to the idle list right after its call's result is handed over
+    assert call_with_timeout(threading.get_ident, 1) == first
+    release.set()
+    assert call_with_timeout(lambda: threading.current_thread().daemon, 1)
+
+
 def test_call_with_timeout_turns_sys_exit_into_an_error():
     with pytest.raises(ToolExitError, match=r"sys\.exit\(2\)"):
         call_with_timeout(lambda: sys.exit(2), 5)

@@ -26,6 +26,7 @@ import contextvars
 import importlib
 import multiprocessing
 import os
+import queue
 import signal
 import sys
 import threading
@@ -194,7 +195,8 @@ def _settle_steps(
 
 
 def call_with_timeout(fn: Callable[[], T], timeout_s: float) -> T:
-    """Run `fn` in a daemon thread and return its value if it finished within `timeout_s` seconds.
+    """Run `fn` in a daemon thread (a pooled one: `_Workers`) and return its value if it finished within
+    `timeout_s` seconds.
 
     Python cannot kill a thread, so a hung call is abandoned rather than stopped: it keeps its daemon thread
     until it returns or the process exits, but it no longer blocks the agent (a hung sync tool would
@@ -220,7 +222,8 @@ async def acall_with_timeout(fn: Callable[[], T], timeout_s: float) -> T:
 
 
 class _ThreadCall(Generic[T]):
-    """`fn` running in its own daemon thread, which records when it finished and what it returned or raised."""
+    """`fn` running in a daemon thread of its own while it runs (`_Workers`), which records when it finished
+    and what it returned or raised."""
 
     def __init__(self, fn: Callable[[], T]) -> None:
         self._value: dict[str, Any] = {}
@@ -229,9 +232,7 @@ class _ThreadCall(Generic[T]):
         self.finished.set_running_or_notify_cancel()
         context = contextvars.copy_context()
         self._started_at = time.monotonic()
-        # A daemon thread that the caller does not wait for: threading.Thread.start() blocks until the new
-        # thread has run, which on a busy interpreter is a GIL switch interval (5 ms) of a blocked event loop.
-        _thread.start_new_thread(context.run, (self._target, fn))
+        _workers.run(partial(context.run, self._target, fn))
 
     def _target(self, fn: Callable[[], T]) -> None:
         try:
@@ -253,6 +254,52 @@ class _ThreadCall(Generic[T]):
         if isinstance(error, Exception):
             raise error
         raise ToolExitError(describe_error(error)) from error
+
+
+class _Workers:
+    """Daemon threads that run one call each and then wait for the next, so a call does not start a thread.
+
+    A worker is reused only once its call has returned: a call that hangs past its deadline keeps its worker,
+    and the next call gets an idle worker or a new one, so a hung tool never delays later calls, exactly as
+    with a thread per call. Workers are started with `_thread.start_new_thread`, which does not wait for the
+    new thread to run (`threading.Thread.start()` does: on a busy interpreter a GIL switch interval, 5 ms, of a
+    blocked caller), and are never joined, so a hung one cannot block interpreter exit either. At most
+    `idle_max` wait idle; one that finds the idle list full ends.
+    """
+
+    def __init__(self, idle_max: int) -> None:
+        self._idle: list[queue.SimpleQueue[Callable[[], None]]] = []
+        self._lock = threading.Lock()
+        self._idle_max = idle_max
+
+    def run(self, call: Callable[[], None]) -> None:
+        """Run `call` (which must not raise) in an idle worker, or in a new one."""
+        with self._lock:
+            inbox = self._idle.pop() if self._idle else None
+        if inbox is None:
+            inbox = queue.SimpleQueue()
+            _thread.start_new_thread(self._serve, (inbox,))
+        inbox.put(call)
+
+    def _serve(self, inbox: queue.SimpleQueue[Callable[[], None]]) -> None:
+        while True:
+            call = inbox.get()
+            call()
+            del call  # the finished call's closure (its tool's value) is not held while the worker waits
+            with self._lock:
+                if len(self._idle) >= self._idle_max:
+                    return
+                self._idle.append(inbox)
+
+    def forget(self) -> None:
+        # A forked child has none of its parent's threads: their inboxes would never be read.
+        self._idle, self._lock = [], threading.Lock()
+
+
+# Idle tool threads kept for the next calls: more than one round's parallel calls usually need.
+IDLE_WORKERS = 8
+_workers = _Workers(IDLE_WORKERS)
+os.register_at_fork(after_in_child=_workers.forget)
 
 
 async def await_with_timeout(make: Callable[[], Coroutine[Any, Any, T]], timeout_s: float) -> T:

@@ -1,0 +1,242 @@
+"""Cost of one round, against create_agent and LangGraph's floor, by rounds, saver and durability (issue 14).
+
+Every agent runs N rounds of one `add` call each (new arguments every round) and then answers, driven by the
+zero-latency scripted model, so what is timed is framework work. Runs are interleaved, repeat by repeat, so
+machine noise hits every column alike; each cell is the median per-round milliseconds over the repeats, with
+the spread (min-max) printed under `--spread`.
+
+Columns:
+- `reinloop`: `build_agent` with reinloop's defaults, its zero-latency summarizer folding the window.
+- `create_agent`: LangChain's agent, same model and tool (two LangGraph steps a round).
+- `floor shape`: LangGraph's floor for reinloop's shape: six no-op nodes a round over reinloop's own state
+  schema (`RunState`: the same keys and reducers), every key given a small value at the start, so each
+  checkpoint carries the channels reinloop's do. `floor min`: six no-op nodes over a three-key state.
+- `calls`: the model and tool calls one reinloop round makes, made directly (the scripted model's `invoke`
+  on the prompt's messages, the tool's `invoke`): what no framework can save.
+
+Ratios: `r/ca` = reinloop / create_agent; `r/fl` = reinloop / (floor shape + calls), the issue's acceptance
+figure (<= 1.15 at 100 rounds without a saver and at 400 with SQLite; r/ca <= 0.5 at 1,000 with SQLite).
+
+With SQLite, also per round of the reinloop thread: `ckpt B` the bytes of the latest checkpoint (checkpoint
+and metadata blobs as stored; it is the same whatever the round, if the state is bounded), `ckpt@1/2` the
+same for the checkpoint saved halfway (flat means equal), `db B/rd` the database file's size / rounds.
+
+Run: python benchmarks/rounds.py [--rounds 100 400 1000] [--storage none sync async] [--repeats 3]
+     [--only reinloop floor-shape] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import itertools
+import json
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypedDict
+
+from langchain.agents import create_agent
+from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.graph import END, START, StateGraph
+
+from reinloop import AgentConfig, build_agent, sqlite_checkpointer
+from reinloop.state import FRESH_BUDGETS, CallUsage, RunState
+from reinloop.testing import ScriptedChatModel, tool_call
+
+THREAD = "bench"
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def script(rounds: int) -> list[Any]:
+    # Distinct arguments every round, so reinloop's dead-loop guard never trips.
+    return [tool_call("add", {"a": i, "b": 1}) for i in range(rounds)] + ["done"]
+
+
+def _config(durability: str | None) -> dict[str, Any]:
+    return {} if durability is None else {"durability": durability}
+
+
+def run_reinloop(rounds: int, saver: Any, durability: str | None) -> None:
+    summaries = ScriptedChatModel(respond=lambda messages: "Earlier steps: added numbers.")
+    model = ScriptedChatModel(replies=script(rounds))
+    agent = build_agent(model, [add], config=AgentConfig(max_iterations=rounds + 1), checkpointer=saver,
+                        summary_model=summaries)  # fmt: skip
+    result = agent.invoke({"task": "add"}, {"configurable": {"thread_id": THREAD}}, **_config(durability))
+    assert result["finish_reason"] == "answered" and result["iteration"] == rounds + 1, result["finish_reason"]
+
+
+def run_create_agent(rounds: int, saver: Any, durability: str | None) -> None:
+    agent = create_agent(ScriptedChatModel(replies=script(rounds)), [add], checkpointer=saver)
+    result = agent.invoke({"messages": [{"role": "user", "content": "add"}]},
+                          {"configurable": {"thread_id": THREAD}}, **_config(durability))  # fmt: skip
+    assert result["messages"][-1].content == "done"
+
+
+class _Counter(TypedDict, total=False):
+    i: int
+    n: int
+    n_max: int
+
+
+def _six_no_ops(schema: type[Any], bump: Callable[[dict[str, Any]], dict[str, Any]], done: Callable[..., bool]) -> Any:
+    graph = StateGraph(schema)
+    names = [f"step{k}" for k in range(6)]
+    graph.add_node(names[0], bump)
+    for name in names[1:]:
+        graph.add_node(name, lambda state: {})
+    graph.add_edge(START, names[0])
+    for before, after in itertools.pairwise(names):
+        graph.add_edge(before, after)
+    graph.add_conditional_edges(names[-1], lambda state: END if done(state) else names[0])
+    return graph
+
+
+def run_floor_min(rounds: int, saver: Any, durability: str | None) -> None:
+    graph = _six_no_ops(_Counter, lambda state: {"i": state.get("i", 0) + 1}, lambda s: s["i"] >= s["n_max"])
+    graph.compile(checkpointer=saver).invoke({"i": 0, "n_max": rounds}, {"configurable": {"thread_id": THREAD},
+                                             "recursion_limit": 10**6}, **_config(durability))  # fmt: skip
+
+
+def shape_input(rounds: int) -> dict[str, Any]:
+    """Every key of reinloop's state with a small value of its type, as a running reinloop thread has them."""
+    return {
+        **FRESH_BUDGETS,
+        "task": "add",
+        "messages": [HumanMessage("add", id="m0")],
+        "decision": {"kind": "answer", "calls": [], "answer": "done", "raw": None, "error": None},
+        "correction": None,
+        "checks": [],
+        "tool_results": [],
+        "calls_seen": 0,
+        "in_doubt": [],
+        "iteration": 0,
+        "iterations_left": rounds,
+        "summaries": [],
+        "pending": [],
+        "folds": 0,
+        "last_call": CallUsage(node="decide", prompt_tokens=0, completion_tokens=0, counted_prompt_tokens=0,
+                               source="tiktoken"),
+    }  # fmt: skip
+
+
+def run_floor_shape(rounds: int, saver: Any, durability: str | None) -> None:
+    graph = _six_no_ops(RunState, lambda state: {"iteration": state["iteration"] + 1},
+                        lambda s: s["iteration"] >= s["iterations_left"])  # fmt: skip
+    graph.compile(checkpointer=saver).invoke(shape_input(rounds), {"configurable": {"thread_id": THREAD},
+                                             "recursion_limit": 10**6}, **_config(durability))  # fmt: skip
+
+
+def run_calls(rounds: int, saver: Any, durability: str | None) -> None:
+    """The model and tool calls of `rounds` reinloop rounds, made directly: one decision and one tool run each."""
+    model = ScriptedChatModel(replies=script(rounds)).bind_tools([add])
+    prompt = [SystemMessage("You are an agent."), HumanMessage("add")]
+    for _ in range(rounds):
+        reply = model.invoke(prompt)
+        result = add.invoke(reply.tool_calls[0]["args"])
+        prompt = [*prompt[-8:], reply, ToolMessage(str(result), tool_call_id=reply.tool_calls[0]["id"])]
+    model.invoke(prompt)
+
+
+RUNS: dict[str, Callable[[int, Any, str | None], None]] = {
+    "reinloop": run_reinloop,
+    "create_agent": run_create_agent,
+    "floor-shape": run_floor_shape,
+    "floor-min": run_floor_min,
+    "calls": run_calls,
+}
+
+
+def sizes(path: Path, rounds: int) -> dict[str, float]:
+    """Bytes per round of a SQLite thread: the latest and the middle checkpoint, and the whole file."""
+    conn = sqlite3.connect(path)
+    rows = conn.execute(
+        "SELECT length(checkpoint) + length(metadata) FROM checkpoints WHERE checkpoint_ns = '' ORDER BY checkpoint_id"
+    ).fetchall()
+    (pages,) = conn.execute("PRAGMA page_count").fetchone()
+    (page_size,) = conn.execute("PRAGMA page_size").fetchone()
+    (writes,) = conn.execute("SELECT coalesce(sum(length(value)), 0) FROM writes").fetchone()
+    conn.close()
+    return {"ckpt": rows[-1][0], "ckpt_mid": rows[len(rows) // 2][0], "checkpoints": len(rows),
+            "db_per_round": pages * page_size / rounds, "writes_per_round": writes / rounds}  # fmt: skip
+
+
+def timed(name: str, rounds: int, storage: str, folder: Path) -> tuple[float, dict[str, float]]:
+    """Milliseconds per round for one fresh run (a new database file for each SQLite run), and its sizes."""
+    saver, path = None, folder / f"{name}-{time.monotonic_ns()}.sqlite"
+    durability = None if storage == "none" else storage
+    if storage != "none" and name != "calls":
+        saver = sqlite_checkpointer(path)
+    gc.collect()
+    start = time.perf_counter()
+    RUNS[name](rounds, saver, durability)
+    elapsed = time.perf_counter() - start
+    measured: dict[str, float] = {}
+    if saver is not None:
+        saver.conn.close()
+        measured = sizes(path, rounds)
+        path.unlink()
+    return elapsed * 1000 / rounds, measured
+
+
+def measure(names: list[str], rounds: int, storage: str, repeats: int, folder: Path) -> dict[str, Any]:
+    times: dict[str, list[float]] = {name: [] for name in names}
+    size: dict[str, dict[str, float]] = {}
+    for _ in range(repeats):  # interleaved
+        for name in names:
+            ms, measured = timed(name, rounds, storage, folder)
+            times[name].append(ms)
+            size[name] = measured or size.get(name, {})
+    return {"times": times, "sizes": size}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, nargs="+", default=[100, 400, 1000])
+    parser.add_argument("--storage", nargs="+", choices=["none", "sync", "async"], default=["none", "sync", "async"])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--only", nargs="+", choices=list(RUNS), default=list(RUNS))
+    parser.add_argument("--spread", action="store_true", help="print min-max under each median")
+    parser.add_argument("--json", type=Path, help="also write every measurement to this file")
+    args = parser.parse_args()
+    out: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        for name in args.only:  # warm imports and caches
+            timed(name, 3, "none", folder)
+        header = " ".join(f"{name:>12}" for name in args.only)
+        print("ms per round, median of", args.repeats, "interleaved repeats")
+        print(f"{'rounds':>6} {'storage':>7} {header} {'r/ca':>5} {'r/fl':>5} {'ckpt B':>7} {'ckpt@1/2':>8} "
+              f"{'db B/rd':>8}")  # fmt: skip
+        for rounds in args.rounds:
+            for storage in args.storage:
+                result = measure(args.only, rounds, storage, args.repeats, folder)
+                out.append({"rounds": rounds, "storage": storage, **result})
+                ms = {name: statistics.median(values) for name, values in result["times"].items()}
+                ratio_ca = ms["reinloop"] / ms["create_agent"] if {"reinloop", "create_agent"} <= ms.keys() else 0
+                floor = ms.get("floor-shape", 0) + ms.get("calls", 0)
+                ratio_fl = ms["reinloop"] / floor if "reinloop" in ms and floor else 0
+                own = result["sizes"].get("reinloop", {})
+                cells = " ".join(f"{value:>12.3f}" for value in ms.values())
+                print(f"{rounds:>6} {storage:>7} {cells} {ratio_ca:>5.2f} {ratio_fl:>5.2f} {own.get('ckpt', 0):>7.0f} "
+                      f"{own.get('ckpt_mid', 0):>8.0f} {own.get('db_per_round', 0):>8.0f}", flush=True)  # fmt: skip
+                if args.spread:
+                    spreads = " ".join(f"{min(v):>5.2f}-{max(v):<6.2f}" for v in result["times"].values())
+                    print(f"{'':>14} {spreads}", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
