@@ -312,7 +312,7 @@ LOCAL_PROTOCOLS: dict[str, type[_Transcript]] = {
     "react": TranscriptReactProtocol,
     "call_tool": TranscriptCallToolProtocol,
 }
-LOCAL_DEFAULT_PROTOCOL = "json"
+LOCAL_DEFAULT_PROTOCOL = "call_tool"
 
 
 def local_protocol(name: str | None) -> _Transcript:
