@@ -9,7 +9,7 @@ To add a finish reason:
 1. add its name to `FinishReason` in `reinloop/state.py` (`FINISH_REASONS` follows by `get_args`);
 2. add one `Breaker` to `BREAKERS` below, where its priority puts it. Its template may use the placeholders
    `circuit_break` fills: {iteration}, {tokens}, {budget}, {errors}, {threshold}, {last_error},
-   {max_repeats}, {loop_window}, {repeats_after_feedback}, {repeats_after_cache}, {horizon}, {repeated},
+   {max_repeats}, {loop_window}, {repeats}, {repeats_after_feedback}, {repeats_after_cache}, {horizon}, {repeated},
    {tool_attempts}, {max_tool_attempts}, {round_steps}.
 Nothing else changes: the router sends every reason but `answered` to `circuit_break`, and the CLI reads the
 exit code from here. Importing this module checks that the table and `FinishReason` agree.
@@ -107,9 +107,9 @@ BREAKERS: tuple[Breaker, ...] = (
     Breaker(
         "dead_loop",
         _dead_loop,
-        "Stopped: a dead loop. The same call was repeated after it was refused more than "
-        "{repeats_after_feedback} times, or answered from cache more than {repeats_after_cache} times, within "
-        "{horizon} decisions: {repeated}",
+        "Stopped: a dead loop. {repeats} kept coming after being refused more than {repeats_after_feedback} "
+        "times, or answered from cache more than {repeats_after_cache} times, within {horizon} decisions: "
+        "{repeated}",
         exit_code=5,
     ),
     Breaker(

@@ -154,6 +154,8 @@ def test_seed_004_counts_calls_of_one_tool_whatever_the_arguments():
     assert (result["finish_reason"], result["iteration"]) == ("dead_loop", 4)
     refused = [m.text for m in result["messages"] if isinstance(m, ToolMessage) and m.status == "error"]
     assert refused[0].startswith("Error: not run: 'add' was called 3 times in 3 decisions")
+    final = result["messages"][-1].text  # the breaker's message says what it counted, and names the call
+    assert final.startswith("Stopped: a dead loop. Calls of the same tool kept coming") and 'add({"a": 3' in final
 
     # reinloop's defaults count identical calls only: the same four calls all run.
     model = ScriptedChatModel(replies=[*replies, "FINAL: done"])

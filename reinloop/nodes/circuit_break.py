@@ -8,6 +8,7 @@ with a fresh budget.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from langchain_core.messages import AIMessage, ToolMessage
@@ -17,7 +18,7 @@ from reinloop.config import round_steps
 from reinloop.context import AgentContext
 from reinloop.errors import InvariantError
 from reinloop.repeats import horizon
-from reinloop.state import NO_USAGE, AgentState
+from reinloop.state import NO_USAGE, AgentState, CallCheck
 from reinloop.text import truncate
 
 __all__ = ["RESUME_ADVICE", "circuit_break"]
@@ -50,12 +51,18 @@ def circuit_break(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
         repeats_after_cache=ctx.settings.repeats_after_cache,
         horizon=horizon(ctx.settings),
         round_steps=round_steps(ctx.settings.max_parse_retries),
+        repeats="Calls of the same tool" if ctx.settings.loop_key == "tool" else "The same call",
         repeated=", ".join(
-            check["signature"] for check in state.get("checks", []) if check["error_kind"] == "repeat_after_feedback"
+            _call_text(check) for check in state.get("checks", []) if check["error_kind"] == "repeat_after_feedback"
         ),
     )
     # A reflection turn the run did not get to take is not for the next run's first decision.
     return {"messages": [AIMessage(text + RESUME_ADVICE, name="circuit_break")], "reflection": None}
+
+
+def _call_text(check: CallCheck) -> str:
+    """A call as the model wrote it, `name({arguments})`, cut to a quotable length."""
+    return truncate(f"{check['name']}({json.dumps(check['args'], ensure_ascii=False, default=str)})", QUOTE_CHARS)
 
 
 def _last_error(state: AgentState) -> str:
