@@ -24,12 +24,26 @@ On the command line: ``reinloop run --preset seed-002 "TASK"``, where explicit o
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from reinloop.config import AgentConfig
 from reinloop.errors import ConfigurationError
 
-__all__ = ["PRESETS", "canonical_name", "preset", "seed_000", "seed_002", "seed_003", "seed_004"]
+if TYPE_CHECKING:
+    from reinloop.models import ChosenModel
+
+__all__ = [
+    "PRESETS",
+    "canonical_name",
+    "layered_config",
+    "preset",
+    "preset_protocol",
+    "seed_000",
+    "seed_002",
+    "seed_003",
+    "seed_004",
+]
 
 # What no seed's loop has: a tool retried in place, a reflection turn before the error breaker.
 _SEED_LOOP: dict[str, object] = {"tool_attempts": 1, "error_reflection": False}
@@ -221,6 +235,19 @@ PRESETS: dict[str, Callable[[], AgentConfig]] = {
 def canonical_name(name: str) -> str:
     """`name` as `PRESETS` spells it: ``seed_002`` and ``Seed-002`` are ``seed-002``."""
     return name.strip().lower().replace("_", "-")
+
+
+def preset_protocol(name: str | None) -> str | None:
+    """The protocol the preset `name` names; None without a preset (the model's own then applies)."""
+    return preset(name).protocol if name else None
+
+
+def layered_config(name: str | None, chosen: ChosenModel, given: Mapping[str, Any]) -> AgentConfig:
+    """An agent's AgentConfig in layers, each over the one before: the fields the preset `name` sets (none
+    without one), then `chosen` model's protocol and the settings that suit it, then `given` (command-line
+    options or environment settings that were set). What the `reinloop` command and the server build."""
+    base = preset(name).model_dump(exclude_unset=True) if name else {}
+    return AgentConfig(**{**base, "protocol": chosen.protocol, **chosen.config, **given})
 
 
 def preset(name: str) -> AgentConfig:

@@ -8,7 +8,9 @@ Its model and tools come from environment settings, read once, when the server f
   ``OPENAI_API_KEY``, the embedded local model, whose server runs until the process exits.
 - ``REINLOOP_TOOLS``: names from `default_toolset`, comma-separated (default: all of them), working in
   ``REINLOOP_WORKSPACE`` (default ``reinloop-workspace``); ``REINLOOP_WEATHER_URL`` adds the weather tool.
-- ``REINLOOP_<FIELD>``: any `AgentConfig` field, e.g. ``REINLOOP_MAX_ITERATIONS=30``.
+- ``REINLOOP_PRESET``: a seed's loop (`reinloop.presets`, e.g. ``seed-002``) as the base settings, its
+  protocol unless ``REINLOOP_PROTOCOL`` names another.
+- ``REINLOOP_<FIELD>``: any `AgentConfig` field, e.g. ``REINLOOP_MAX_ITERATIONS=30`` (over the preset's).
 
 The platform provides the checkpointer and the store (long-term memory recalls only from a store with an
 index, set in langgraph.json), so the agent is built without either.
@@ -29,6 +31,7 @@ from reinloop.config import AgentConfig
 from reinloop.errors import ConfigurationError
 from reinloop.graph import CompiledAgent, build_agent
 from reinloop.models import ChosenModel, model_from_settings
+from reinloop.presets import layered_config, preset_protocol
 from reinloop.tools.toolset import default_toolset
 
 __all__ = ["ENV_PREFIX", "agent_from_environment", "config_from_environment", "make_agent"]
@@ -66,7 +69,8 @@ def agent_from_environment(resources: ExitStack) -> CompiledAgent:
     """The agent the ``REINLOOP_*`` settings describe, with no checkpointer or store; what must outlive the
     call (the embedded model's server) is entered into `resources`, only once the agent is built."""
     with ExitStack() as attempt:  # a bad setting stops the embedded model's server again
-        chosen = attempt.enter_context(model_from_settings(*(_setting(name) for name in _MODEL_SETTINGS)))
+        protocol = _setting("protocol") or preset_protocol(_setting("preset"))
+        chosen = attempt.enter_context(model_from_settings(_setting("model"), _setting("base_url"), protocol))
         config = config_from_environment(chosen)
         agent = build_agent(chosen.model, _tools(chosen), config=config, protocol=chosen.decision_protocol)
         resources.enter_context(attempt.pop_all())
@@ -74,10 +78,11 @@ def agent_from_environment(resources: ExitStack) -> CompiledAgent:
 
 
 def config_from_environment(chosen: ChosenModel) -> AgentConfig:
-    """The `AgentConfig` for `chosen`: what suits the model, then each ``REINLOOP_<FIELD>`` that is set."""
+    """The `AgentConfig` for `chosen`: the preset's fields (``REINLOOP_PRESET``), then what suits the model,
+    then each ``REINLOOP_<FIELD>`` that is set."""
     fields = set(AgentConfig.model_fields) - set(_MODEL_SETTINGS)
     given = {name: value for name in sorted(fields) if (value := _setting(name)) is not None}
-    return AgentConfig(**{"protocol": chosen.protocol, **chosen.config, **given})
+    return layered_config(_setting("preset"), chosen, given)
 
 
 def _tools(chosen: ChosenModel) -> list[BaseTool]:

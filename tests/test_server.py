@@ -27,7 +27,7 @@ import httpx
 import pytest
 from langgraph.pregel.remote import RemoteGraph
 
-from reinloop import AgentConfig, ConfigurationError, ResumeError, resume
+from reinloop import AgentConfig, ConfigurationError, ResumeError, preset, resume
 from reinloop import server as served
 from reinloop.models import ChosenModel
 from reinloop.testing import ScriptedChatModel
@@ -298,6 +298,30 @@ def test_config_comes_from_the_model_then_each_setting(clean_env: pytest.MonkeyP
     clean_env.setenv("REINLOOP_MAX_ITERATIONS", "none")
     with pytest.raises(ConfigurationError, match="max_iterations"):
         served.config_from_environment(chosen)
+
+
+def test_a_preset_is_the_base_the_model_and_each_setting_go_over(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    clean_env.setenv("OPENAI_API_KEY", "test-key")  # the default model string, built without a call
+    clean_env.setenv("REINLOOP_WORKSPACE", str(tmp_path))
+    clean_env.setenv("REINLOOP_TOOLS", "calculator")
+    clean_env.setenv("REINLOOP_PRESET", "seed_004")
+    clean_env.setenv("REINLOOP_MAX_ITERATIONS", "12")
+    asked = []
+
+    def model_from_settings(model: Any, base_url: Any, protocol: Any) -> Any:
+        asked.append(protocol)
+        return original(model, base_url, protocol)
+
+    original = served.model_from_settings
+    clean_env.setattr(served, "model_from_settings", model_from_settings)
+    with ExitStack() as resources:
+        served.agent_from_environment(resources)
+    assert asked == ["call_tool"]  # the model is set up for the preset's protocol
+    expected = AgentConfig(**{**preset("seed-004").model_dump(exclude_unset=True), "max_iterations": 12})
+    chosen = ChosenModel(ScriptedChatModel(), "openai", "call_tool")
+    assert served.config_from_environment(chosen) == expected  # the preset's loop rule and the rest
+    clean_env.setenv("REINLOOP_PROTOCOL", "react")  # a protocol named goes over the preset's
+    assert served.config_from_environment(ChosenModel(ScriptedChatModel(), "openai", "react")).protocol == "react"
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command, Interrupt
@@ -19,12 +19,8 @@ from rich.console import Console
 
 from reinloop.checkpoint import database_label, is_postgres_url, open_checkpointer
 from reinloop.cli import EXIT_CODES, CommandError, display, review
-from reinloop.config import AgentConfig
 from reinloop.errors import ReinloopError
 from reinloop.state import read_input
-
-if TYPE_CHECKING:
-    from reinloop.models import ChosenModel
 
 __all__ = ["default_db", "evaluate", "graph", "history", "mark", "prune", "resume", "run", "show"]
 
@@ -171,14 +167,16 @@ def _data_folder() -> Path:
 def _agent(args: argparse.Namespace, settings: dict[str, Any], db: _Database) -> Iterator[tuple[Any, dict[str, Any]]]:
     from reinloop import build_agent, default_toolset
     from reinloop.models import model_from_settings
+    from reinloop.presets import layered_config, preset_protocol
 
-    base = _preset_config(settings.get("preset"))
     with ExitStack() as stack:
         # The protocol typed, else the preset's, else the model's own (the embedded model has no tool calling).
-        protocol = settings["protocol"] or (base.protocol if "protocol" in base.model_fields_set else None)
+        protocol = settings["protocol"] or preset_protocol(settings.get("preset"))
         chosen = stack.enter_context(model_from_settings(settings["model"], settings["base_url"], protocol))
         settings = {**settings, "model": chosen.label, "protocol": chosen.protocol}
-        config = _agent_config(base, chosen, args)
+        # An option left out is None and overrides nothing.
+        limits = {key: getattr(args, key) for key in LIMITS if getattr(args, key, None) is not None}
+        config = layered_config(settings.get("preset"), chosen, limits)
         workspace = Path(settings["workspace"] or "reinloop-workspace")
         tools = default_toolset(workspace, model=chosen.model, weather_base_url=os.environ.get("REINLOOP_WEATHER_URL"))
         store = None if getattr(args, "no_memory", False) else _memory_store(stack, db.memory_path)
@@ -186,21 +184,6 @@ def _agent(args: argparse.Namespace, settings: dict[str, Any], db: _Database) ->
         agent = build_agent(chosen.model, tools, config=config, checkpointer=db.saver, store=store,
                             protocol=chosen.decision_protocol, approve=approve)  # fmt: skip
         yield agent, settings
-
-
-def _preset_config(name: str | None) -> AgentConfig:
-    """The settings a run starts from: its preset's (`reinloop.presets`), else AgentConfig's defaults."""
-    from reinloop.presets import preset
-
-    return preset(name) if name else AgentConfig()
-
-
-def _agent_config(base: AgentConfig, chosen: ChosenModel, args: argparse.Namespace) -> AgentConfig:
-    """The run's AgentConfig: the fields `base` sets, then the model's protocol and what suits the model, then
-    the limits given on the command line (an option left out is None and overrides nothing)."""
-    limits = {key: getattr(args, key) for key in LIMITS if getattr(args, key, None) is not None}
-    preset = base.model_dump(exclude_unset=True)
-    return AgentConfig(**{**preset, "protocol": chosen.protocol, **chosen.config, **limits})
 
 
 def _memory_store(stack: ExitStack, path: Path) -> Any:
