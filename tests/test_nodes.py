@@ -541,7 +541,11 @@ def test_decide_ends_the_prompt_with_the_reflection_and_clears_it_once_a_reply_p
     [
         ("max_iterations", "no final answer after 4 rounds"),
         ("error_streak", "3 errors in a row (the limit is 3). The last one: Error: boom"),
-        ("dead_loop", 'add{"a": 1}'),
+        (
+            "dead_loop",
+            "The same call kept coming after being refused more than 3 times, or answered from cache more than "
+            '5 times, within 8 decisions: add({"a": 1})',
+        ),
     ],
     ids=["max-iterations", "error-streak", "dead-loop"],
 )
@@ -551,7 +555,7 @@ def test_circuit_break_explains_the_reason_and_how_to_resume(reason, mentions):
         "iteration": 4,
         "consecutive_errors": 3,
         "messages": [ToolMessage("Error: boom", tool_call_id="c1", status="error")],
-        "checks": [{**check("add", {}, error_kind="repeat_after_feedback", error="x"), "signature": 'add{"a": 1}'}],
+        "checks": [check("add", {"a": 1}, error_kind="repeat_after_feedback", error="x")],
     }
     update = frozen_call(circuit_break, {**state, "reflection": "pending"}, make_context())
     (message,) = update["messages"]
