@@ -41,6 +41,7 @@ __all__ = [
     "JsonProtocol",
     "ReactProtocol",
     "ToolCallingProtocol",
+    "WrittenProtocol",
     "extract_json_object",
     "get_protocol",
 ]
@@ -157,7 +158,44 @@ class ToolCallingProtocol(DecisionProtocol):
         return answer(text), reply
 
 
-class JsonProtocol(DecisionProtocol):
+class WrittenProtocol(DecisionProtocol):
+    """A protocol whose model writes each decision as text (json, react, call_tool): the tools are listed in
+    the instructions (`tool_list`), and the window is shown back as the model writes it, each decision with
+    `format_decision`, each answer of an earlier run with `format_answer`, each tool result as an
+    `Observation:` turn."""
+
+    @abstractmethod
+    def format_decision(self, thought: str, calls: Sequence[Any]) -> str:
+        """A stored decision (its thought and calls) as the model writes it."""
+
+    @abstractmethod
+    def tool_list(self, registry: ToolRegistry) -> str:
+        """The tools as the instructions list them."""
+
+    def bind(self, model: BaseChatModel, registry: ToolRegistry) -> Runnable[Any, BaseMessage]:
+        return model
+
+    def render(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+        rendered: list[BaseMessage] = []
+        for message in messages:
+            if isinstance(message, AIMessage) and message.tool_calls:
+                # Stored as the thought with native tool calls; shown back in the format the model writes.
+                rendered.append(
+                    AIMessage(content=self.format_decision(message.text, message.tool_calls), id=message.id)
+                )
+            elif isinstance(message, AIMessage) and message.name is None:
+                # A final answer of an earlier run on the thread, in the form the model writes one.
+                rendered.append(AIMessage(content=self.format_answer(message.text), id=message.id))
+            elif isinstance(message, AIMessage):
+                rendered.append(AIMessage(content=message.content, id=message.id))
+            elif isinstance(message, ToolMessage):
+                rendered.append(HumanMessage(content=OBSERVATION_LABEL + message.text, id=message.id))
+            else:
+                rendered.append(message)
+        return rendered
+
+
+class JsonProtocol(WrittenProtocol):
     """The seeds' protocol: the model writes `{"thought", "action", "action_input"}` as text.
 
     For models without tool calling (small local models). The object is found in code fences or prose.
@@ -169,36 +207,21 @@ class JsonProtocol(DecisionProtocol):
         '"action_input": {<the tool\'s arguments>}}, with double-quoted keys and strings'
     )
 
-    def bind(self, model: BaseChatModel, registry: ToolRegistry) -> Runnable[Any, BaseMessage]:
-        return model
-
     def instructions(self, registry: ToolRegistry) -> str:
         return (
             "Reply with exactly one JSON object and nothing else:\n"
             '{"thought": "<short reasoning>", "action": "<tool name>", "action_input": {<arguments>}}\n'
             f'When you know the answer, reply {{"thought": "...", "action": "{FINAL_ANSWER_ACTION}", '
-            '"action_input": "<the answer>"}.\n'
-            "Tools:\n" + registry.describe()
+            '"action_input": "<the answer>"}.\n' + self.tool_list(registry)
         )
 
-    def render(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
-        rendered: list[BaseMessage] = []
-        for message in messages:
-            if isinstance(message, AIMessage) and message.tool_calls:
-                # Stored as the thought with native tool calls; shown back in the format the model writes.
-                call = message.tool_calls[0]
-                action = {"thought": message.text, "action": call["name"], "action_input": call["args"]}
-                rendered.append(AIMessage(content=json.dumps(action, ensure_ascii=False), id=message.id))
-            elif isinstance(message, AIMessage) and message.name is None:
-                # A final answer of an earlier run on the thread, in the form the model writes one.
-                rendered.append(AIMessage(content=self.format_answer(message.text), id=message.id))
-            elif isinstance(message, AIMessage):
-                rendered.append(AIMessage(content=message.content, id=message.id))
-            elif isinstance(message, ToolMessage):
-                rendered.append(HumanMessage(content=OBSERVATION_LABEL + message.text, id=message.id))
-            else:
-                rendered.append(message)
-        return rendered
+    def tool_list(self, registry: ToolRegistry) -> str:
+        return "Tools:\n" + registry.describe()
+
+    def format_decision(self, thought: str, calls: Sequence[Any]) -> str:
+        # One action per reply: the first call (parse reads one object, so a stored decision has one).
+        action = {"thought": thought, "action": calls[0]["name"], "action_input": calls[0]["args"]}
+        return json.dumps(action, ensure_ascii=False)
 
     def format_answer(self, answer: str, thought: str = "") -> str:
         return json.dumps(
@@ -396,10 +419,9 @@ class _Section:
     end: int
 
 
-class _TextProtocol(DecisionProtocol):
-    """A protocol whose model writes one decision as plain text, in the form its instructions show: the
-    tools are listed by signature in the system prompt, and the window is shown back in the same form, with
-    each result as an `Observation:` turn."""
+class _TextProtocol(WrittenProtocol):
+    """A protocol whose model writes one decision as plain text lines (a call or a labelled answer), in the
+    form its instructions show, with the tools listed by signature."""
 
     # How a final answer starts, e.g. "Final Answer:".
     answer_label: ClassVar[str]
@@ -412,27 +434,6 @@ class _TextProtocol(DecisionProtocol):
     def read(self, text: str, registry: ToolRegistry) -> tuple[Decision, str]:
         """The decision in `text` (fences removed), and the reasoning before a call; ValueError saying what
         is wrong when there is none."""
-
-    def bind(self, model: BaseChatModel, registry: ToolRegistry) -> Runnable[Any, BaseMessage]:
-        return model
-
-    def render(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
-        rendered: list[BaseMessage] = []
-        for message in messages:
-            if isinstance(message, AIMessage) and message.tool_calls:
-                rendered.append(
-                    AIMessage(content=self.format_decision(message.text, message.tool_calls), id=message.id)
-                )
-            elif isinstance(message, AIMessage) and message.name is None:
-                # A final answer of an earlier run on the thread, in the form the model writes one.
-                rendered.append(AIMessage(content=self.format_answer(message.text), id=message.id))
-            elif isinstance(message, AIMessage):
-                rendered.append(AIMessage(content=message.content, id=message.id))
-            elif isinstance(message, ToolMessage):
-                rendered.append(HumanMessage(content=OBSERVATION_LABEL + message.text, id=message.id))
-            else:
-                rendered.append(message)
-        return rendered
 
     def format_decision(self, thought: str, calls: Sequence[Any]) -> str:
         """A stored decision as the model writes it: the thought, then each call (its arguments as JSON)."""
@@ -453,7 +454,7 @@ class _TextProtocol(DecisionProtocol):
             return decision, AIMessage(content=decision["answer"], id=reply.id)
         return decision, AIMessage(content=thought, tool_calls=decision["calls"], id=reply.id)
 
-    def _tools(self, registry: ToolRegistry) -> str:
+    def tool_list(self, registry: ToolRegistry) -> str:
         return "Tools:\n" + "\n".join(
             f"- {entry.signature}: {' '.join(entry.tool.description.split())}" for entry in registry
         )
@@ -564,7 +565,7 @@ class ReactProtocol(_TextProtocol):
             f"write the arguments as one JSON object, e.g. Action: tool[{_EXAMPLE_OBJECT}]. Then stop: the "
             "tool's result comes back as an Observation. When you know the answer, reply\n"
             "Thought: <your reasoning>\n"
-            "Final Answer: <the answer>\n" + self._tools(registry)
+            "Final Answer: <the answer>\n" + self.tool_list(registry)
         )
 
     def read(self, text: str, registry: ToolRegistry) -> tuple[Decision, str]:
@@ -628,7 +629,7 @@ class CallToolProtocol(_TextProtocol):
             f"e.g. CALL_TOOL(tool, {_EXAMPLE_OBJECT}); a tool with one argument also takes its value alone, "
             "e.g. CALL_TOOL(tool, some value). Then stop: the tool's result comes back as an Observation. When "
             "you know the answer, reply\n"
-            "FINAL: <the answer>\n" + self._tools(registry)
+            "FINAL: <the answer>\n" + self.tool_list(registry)
         )
 
     def read(self, text: str, registry: ToolRegistry) -> tuple[Decision, str]:

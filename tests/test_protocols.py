@@ -303,7 +303,9 @@ class TextTools(DecisionProtocol):
     expected_format = JsonProtocol.expected_format
     bind = JsonProtocol.bind
     instructions = JsonProtocol.instructions
+    tool_list = JsonProtocol.tool_list
     render = JsonProtocol.render
+    format_decision = JsonProtocol.format_decision
     parse = JsonProtocol.parse
 
 

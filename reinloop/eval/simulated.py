@@ -21,7 +21,7 @@ from pydantic import PrivateAttr
 from reinloop.config import ProtocolName
 from reinloop.eval.tasks import TRANSLATIONS, EvalTask, Step
 from reinloop.memory.tokens import TokenCounter
-from reinloop.protocols import OBSERVATION_LABEL, DecisionProtocol, get_protocol, new_call_id
+from reinloop.protocols import OBSERVATION_LABEL, DecisionProtocol, WrittenProtocol, get_protocol, new_call_id
 from reinloop.tools.registry import POLICY_KEY, ToolRegistry
 
 __all__ = ["FAULT_MODEL", "FaultProfile", "SimulatedModel", "faulty_tools", "summarizer_of"]
@@ -134,6 +134,7 @@ class SimulatedModel(BaseChatModel):
                 reply = self._decide(messages)
             else:
                 writer = get_protocol(self.protocol)
+                assert isinstance(writer, WrittenProtocol)  # every protocol but tool_calling writes text
                 reply = written(writer, self._decide(read_back(writer, messages)))
         return ChatResult(generations=[ChatGeneration(message=reply)])
 
@@ -243,22 +244,17 @@ def read_back(protocol: DecisionProtocol, messages: Sequence[BaseMessage]) -> li
     return normal
 
 
-def written(protocol: DecisionProtocol, reply: AIMessage) -> AIMessage:
+def written(protocol: WrittenProtocol, reply: AIMessage) -> AIMessage:
     """`reply` (native tool calls, a malformed call or an answer) as a model using a text-writing `protocol`
     writes it: a malformed call is the call in that format with the same unterminated arguments."""
     if reply.invalid_tool_calls:
         bad = reply.invalid_tool_calls[0]
-        template = _text_of(protocol, _call(bad["name"] or "", {}))
+        template = protocol.format_decision("", [{"name": bad["name"] or "", "args": {}}])
         cut = template.rindex("{}")  # where the (empty) arguments go
         return AIMessage(template[:cut] + (bad["args"] or ""))
     if not reply.tool_calls:
         return AIMessage(protocol.format_answer(reply.text))
-    return AIMessage(_text_of(protocol, reply))
-
-
-def _text_of(protocol: DecisionProtocol, reply: AIMessage) -> str:
-    (rendered,) = protocol.render([reply])
-    return rendered.text
+    return AIMessage(protocol.format_decision(reply.text, reply.tool_calls))
 
 
 def summarizer_of(model: BaseChatModel) -> BaseChatModel:

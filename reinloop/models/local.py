@@ -31,9 +31,9 @@ from reinloop.protocols import (
     FINAL_ANSWER_ACTION,
     OBSERVATION_LABEL,
     CallToolProtocol,
-    DecisionProtocol,
     JsonProtocol,
     ReactProtocol,
+    WrittenProtocol,
 )
 from reinloop.tools.registry import ToolRegistry
 
@@ -180,7 +180,7 @@ class LocalModelServer:
         )
 
 
-class _Transcript(DecisionProtocol):
+class _Transcript(WrittenProtocol):
     """A text protocol for small base models: worked examples, and the whole run as one transcript in a
     single message, ending where the model's next turn starts; the reply constrained by the server to the
     protocol's form (`constraint`), so that a tiny model writes something the protocol can read."""
@@ -194,10 +194,6 @@ class _Transcript(DecisionProtocol):
     @abstractmethod
     def constraint(self, registry: ToolRegistry) -> dict[str, Any]:
         """What to add to the request body to constrain the reply (llama.cpp's server)."""
-
-    @abstractmethod
-    def tool_list(self, registry: ToolRegistry) -> str:
-        """The tools as this protocol's instructions list them."""
 
     def bind(self, model: BaseChatModel, registry: ToolRegistry) -> Runnable[Any, BaseMessage]:
         extra_body = {**(getattr(model, "extra_body", None) or {}), **self.constraint(registry)}
@@ -214,7 +210,7 @@ class _Transcript(DecisionProtocol):
 
     def render(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
         lines: list[BaseMessage] = []
-        for message in super().render(messages):  # type: ignore[safe-super]  # the protocol after this in the MRO
+        for message in super().render(messages):
             text = self.turn_label + message.text if isinstance(message, AIMessage) else message.text
             lines.append(HumanMessage(text))
         return lines
@@ -231,9 +227,8 @@ class _Transcript(DecisionProtocol):
     def _example(self, example: Example) -> str:
         lines = [f"Task: {example.task}"]
         for thought, tool, args, observation in example.steps:
-            call = AIMessage(thought, tool_calls=[{"name": tool, "args": args, "id": "example", "type": "tool_call"}])
-            shown = super().render([call])[0].text  # type: ignore[safe-super]
-            lines += [self.turn_label + shown, OBSERVATION_LABEL + observation]
+            call = {"name": tool, "args": args}
+            lines += [self.turn_label + self.format_decision(thought, [call]), OBSERVATION_LABEL + observation]
         lines.append(self.turn_label + self.format_answer(example.answer, example.thought))
         return "\n".join(lines)
 
@@ -260,9 +255,6 @@ class TranscriptJsonProtocol(_Transcript, JsonProtocol):
         # length limit an exception instead of an unparsable reply for the retry edge.
         return {"response_format": {"type": "json_object", "schema": schema}}
 
-    def tool_list(self, registry: ToolRegistry) -> str:
-        return "Tools:\n" + registry.describe()
-
 
 class TranscriptReactProtocol(_Transcript, ReactProtocol):
     """The react protocol as a transcript, the reply constrained to a thought and one action or answer."""
@@ -271,15 +263,11 @@ class TranscriptReactProtocol(_Transcript, ReactProtocol):
     how_to_finish = "reply with a Thought and the Final Answer"
 
     def constraint(self, registry: ToolRegistry) -> dict[str, Any]:
-        grammar = (
+        return _grammar(
             'root ::= "Thought: " line "\\n" ( "Action: " tool "[" argument "]" | "Final Answer: " line )\n'
-            f"tool ::= {_alternatives(registry.names)}\n"
-            "argument ::= [^\\]\\n]+\nline ::= [^\\n]+\n"
+            "argument ::= [^\\]\\n]+\n",
+            registry,
         )
-        return {"grammar": grammar}
-
-    def tool_list(self, registry: ToolRegistry) -> str:
-        return self._tools(registry)
 
 
 class TranscriptCallToolProtocol(_Transcript, CallToolProtocol):
@@ -290,20 +278,18 @@ class TranscriptCallToolProtocol(_Transcript, CallToolProtocol):
     how_to_finish = "reply FINAL: and the answer"
 
     def constraint(self, registry: ToolRegistry) -> dict[str, Any]:
-        grammar = (
+        return _grammar(
             'root ::= ( line "\\n" )? ( "CALL_TOOL(" tool ", " argument ")" | "FINAL: " line )\n'
-            f"tool ::= {_alternatives(registry.names)}\n"
-            'argument ::= "{" [^\\n]* "}" | [^(){}\\n]+\nline ::= [^\\n]+\n'
+            'argument ::= "{" [^\\n]* "}" | [^(){}\\n]+\n',
+            registry,
         )
-        return {"grammar": grammar}
-
-    def tool_list(self, registry: ToolRegistry) -> str:
-        return self._tools(registry)
 
 
-def _alternatives(names: Sequence[str]) -> str:
-    """Tool names as a GBNF alternation of literals (names are identifiers; json.dumps quotes them)."""
-    return " | ".join(json.dumps(name) for name in names) or '"none"'
+def _grammar(rules: str, registry: ToolRegistry) -> dict[str, Any]:
+    """The request body's GBNF `rules` for a reply, completed with `tool` (the tool names, as literals:
+    json.dumps quotes them) and `line` (one line of text)."""
+    tools = " | ".join(json.dumps(name) for name in registry.names) or '"none"'
+    return {"grammar": f"{rules}tool ::= {tools}\nline ::= [^\\n]+\n"}
 
 
 # The embedded model's protocols by name, and the one it uses unless told otherwise (measured in the README).
