@@ -302,11 +302,11 @@ def evaluate(args: argparse.Namespace, console: Console) -> int:
     from reinloop.eval import run_benchmark
 
     profile = _fault_profile(args)
-    if args.protocol and not (args.model or args.base_url or args.local):
+    if args.protocol and not _real_model(args):
         raise CommandError(
             "--protocol is a real model's (--model, --base-url or --local); the simulated one writes each agent's"
         )
-    if args.presets and (args.model or args.base_url or args.local or args.grid):
+    if args.presets and (_real_model(args) or args.grid):
         raise CommandError(
             "--presets runs the simulated model on one profile: leave out --model, --base-url, --local and --grid"
         )
@@ -327,7 +327,7 @@ def evaluate(args: argparse.Namespace, console: Console) -> int:
 def _grid(args: argparse.Namespace, profile: Any, console: Console) -> int:
     from reinloop.eval import GridSpec, run_grid
 
-    if args.model or args.base_url or args.local:
+    if _real_model(args):
         raise CommandError("--grid runs the simulated model: leave out --model, --base-url and --local")
     _check_rates("--fault-rates", args.fault_rates)
     _check_rates("--correct-rates", args.correct_rates)
@@ -340,6 +340,11 @@ def _grid(args: argparse.Namespace, profile: Any, console: Console) -> int:
                           progress=lambda done, total: advance(done, total, "fault grid"))  # fmt: skip
     display.benchmark_report(console, result)
     return 0
+
+
+def _real_model(args: argparse.Namespace) -> bool:
+    """Whether `eval` runs a real model (--model, --base-url or --local) instead of the simulated one."""
+    return bool(args.model or args.base_url or args.local)
 
 
 def _fault_profile(args: argparse.Namespace) -> Any:

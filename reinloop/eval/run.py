@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import statistics
@@ -194,6 +195,7 @@ def _runners(profile: FaultProfile, real: Any = None) -> dict[str, Runner]:
     }
 
 
+@functools.cache  # read for every run of a preset row: its runner and its model's protocol
 def _preset_of(agent: str) -> AgentConfig:
     return preset(agent.removeprefix("preset "))
 
