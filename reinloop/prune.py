@@ -18,11 +18,16 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import astuple, dataclass
 from pathlib import Path
+from threading import Lock
 from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.channels import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.pregel import Pregel
 
 from reinloop.checkpoint import open_checkpointer
 from reinloop.errors import ConfigurationError, PruneError
@@ -49,9 +54,9 @@ CREATE TABLE IF NOT EXISTS reinloop_marks (
     PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
 )"""
 
-# LangGraph rebuilds a DeltaChannel's value from older checkpoints and their writes, and records its update
-# counters in checkpoint metadata: such a thread is left whole (reinloop's own graph has no DeltaChannel).
-DELTA_METADATA_KEYS = ("counters_since_delta_snapshot", "delta_writes_versioned")
+# A thread whose graph saves a channel as deltas (LangGraph's `DeltaChannel`, as reinloop's messages are) names
+# the channel in each checkpoint's metadata, under this key.
+DELTA_COUNTERS_KEY = "counters_since_delta_snapshot"
 
 
 @dataclass(frozen=True)
@@ -75,7 +80,6 @@ class PruneReport:
     kept: int  # checkpoints left in the threads looked at
     bytes_before: int  # the database's size: SQLite pages, or PostgreSQL's checkpoint tables with their indexes
     bytes_after: int
-    refused: tuple[str, ...] = ()  # threads left whole: their graph uses a DeltaChannel
     dry_run: bool = False
 
 
@@ -87,6 +91,7 @@ def prune(
     keep_ids: Iterable[str] = (),
     vacuum: bool = False,
     dry_run: bool = False,
+    graph: Pregel[Any, Any, Any, Any] | None = None,
 ) -> PruneReport:
     """Delete the superseded checkpoints of `threads` (every thread when None), and return what went.
 
@@ -96,6 +101,13 @@ def prune(
     crashed run resumes with; on PostgreSQL the channel values only deleted checkpoints used go too. A kept
     checkpoint whose parent is deleted is linked to its nearest kept ancestor (none for the oldest), so the
     history lists the kept checkpoints as one chain.
+
+    A channel saved as deltas (LangGraph's `DeltaChannel`: reinloop's messages) is rebuilt from the nearest
+    ancestor that stores its value and the writes since. Before the ancestors of a kept checkpoint go, its
+    value is stored in it, read through `graph` (by default reinloop's agent; pass the compiled graph whose
+    threads these are if it is another with delta channels). Where that cannot be done (a channel `graph`
+    does not have, or a run saved a newer checkpoint meanwhile), the ancestors the channel is rebuilt from
+    are kept instead.
 
     Each thread is pruned in one transaction that first locks out other writers (SQLite) or reads one
     snapshot (PostgreSQL): a run appending to the thread meanwhile keeps every checkpoint it saves, since
@@ -115,20 +127,24 @@ def prune(
         raise ConfigurationError(f"keep must be at least 1 (the latest checkpoint resumes a thread), got {keep!r}")
     chosen = [threads] if isinstance(threads, str) else None if threads is None else list(threads)
     pinned = frozenset([keep_ids] if isinstance(keep_ids, str) else keep_ids)
-    with _tables(database) as tables:
+    with _opened(database) as saver, _tables(saver) as tables:
+        rebuild = _Rebuilder(saver, graph)
         before = tables.size()
-        total, found, refused = _Pruned(), 0, []
+        total, found = _Pruned(), 0
         for thread in tables.thread_ids() if chosen is None else chosen:
+            snapshots: _Snapshots = {}
+            if deltas := tables.delta_channels(thread):
+                with tables.transaction(commit=False):
+                    wanted = _plan(tables, thread, keep, pinned, deltas).snapshots
+                with tables.unlocked():  # the saver reads the values LangGraph would rebuild
+                    snapshots = {at: rebuild(thread, *at, channels) for at, channels in wanted.items()}
             with tables.transaction(commit=not dry_run):
-                pruned = _prune_thread(tables, thread, keep, pinned)
-            if pruned is None:
-                refused.append(thread)
-            else:
-                total, found = total + pruned, found + (pruned.kept > 0)  # a thread that exists keeps one
+                pruned = _prune_thread(tables, thread, keep, pinned, snapshots)
+            total, found = total + pruned, found + (pruned.kept > 0)  # a thread that exists keeps one
         if vacuum and not dry_run:
             tables.vacuum()
         return PruneReport(found, total.checkpoints, total.writes, total.blobs, total.kept, before, tables.size(),
-                           tuple(refused), dry_run)  # fmt: skip
+                           dry_run)  # fmt: skip
 
 
 def mark(database: Database, config: RunnableConfig, label: str = "") -> str:
@@ -181,23 +197,57 @@ class _Pruned:
         return _Pruned(*(mine + theirs for mine, theirs in zip(astuple(self), astuple(other), strict=True)))
 
 
-def _prune_thread(tables: _Tables, thread: str, keep: int, pinned: frozenset[str]) -> _Pruned | None:
-    """Delete what `thread` no longer needs (nothing kept: no such thread); None for a thread left whole."""
+_Snapshots = dict[tuple[str, str], dict[str, Any]]
+"""Values to store in kept checkpoints, by (namespace, checkpoint id) and channel."""
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What one thread keeps: checkpoint ids by namespace, and the delta channels to store in some of them."""
+
+    kept: dict[str, set[str]]
+    snapshots: dict[tuple[str, str], set[str]]  # (namespace, checkpoint id): channels
+
+
+def _plan(tables: _Tables, thread: str, keep: int, pinned: frozenset[str], deltas: set[str]) -> _Plan:
     rows = tables.checkpoints(thread)
-    if not rows:
-        return _Pruned()
-    if tables.uses_delta_channels(thread):
-        return None
-    parents: dict[tuple[str, str], str | None] = {(ns, cid): parent for ns, cid, parent in rows}
+    parents = {(ns, cid): parent for ns, cid, parent in rows}
     marked = {(m.checkpoint_ns, m.checkpoint_id) for m in tables.marks(thread)}
     by_ns: dict[str, list[str]] = defaultdict(list)
     for ns, cid, _ in rows:
         by_ns[ns].append(cid)
-    pruned = _Pruned()
+    plan = _Plan({}, {})
     for ns, ids in by_ns.items():
         latest = sorted(ids, reverse=True)[:keep]  # ids sort by time: the latest is what get_state loads
-        kept = {*latest, *(cid for cid in ids if cid in pinned or (ns, cid) in marked)}
-        deleted = [cid for cid in ids if cid not in kept]
+        kept = plan.kept[ns] = {*latest, *(cid for cid in ids if cid in pinned or (ns, cid) in marked)}
+        for cid in kept:
+            # A kept checkpoint whose parent goes needs the value of each delta channel it does not store.
+            if deltas and (parent := parents[(ns, cid)]) is not None and parent not in kept:
+                stored, versioned = tables.delta_state(thread, ns, cid, deltas)
+                if missing := versioned - stored:
+                    plan.snapshots[(ns, cid)] = missing
+    return plan
+
+
+def _prune_thread(tables: _Tables, thread: str, keep: int, pinned: frozenset[str], snapshots: _Snapshots) -> _Pruned:
+    """Delete what `thread` no longer needs (nothing kept: no such thread), after storing `snapshots` where the
+    plan still asks for them."""
+    rows = tables.checkpoints(thread)
+    if not rows:
+        return _Pruned()
+    parents: dict[tuple[str, str], str | None] = {(ns, cid): parent for ns, cid, parent in rows}
+    plan = _plan(tables, thread, keep, pinned, tables.delta_channels(thread))
+    pruned = _Pruned()
+    for ns, kept in plan.kept.items():
+        for (where, cid), channels in plan.snapshots.items():
+            if where != ns:
+                continue
+            values = snapshots.get((ns, cid), {})
+            if stored := {channel: values[channel] for channel in channels if channel in values}:
+                tables.store(thread, ns, cid, stored)
+            if unread := channels - stored.keys():  # kept in full instead: the rows they are rebuilt from
+                kept |= _replayed(tables, thread, ns, cid, parents, unread)
+        deleted = [cid for cid in {c for n, c, _ in rows if n == ns} if cid not in kept]
         if not deleted:
             pruned += _Pruned(kept=len(kept))
             continue
@@ -205,10 +255,52 @@ def _prune_thread(tables: _Tables, thread: str, keep: int, pinned: frozenset[str
         blobs = tables.delete_blobs(thread, ns, deleted)  # before the checkpoints: it reads what they name
         pruned += _Pruned(tables.delete_checkpoints(thread, ns, deleted), writes, blobs, len(kept))
         tables.relink(thread, ns, _relinked(ns, kept, parents))
+    marked = {(m.checkpoint_ns, m.checkpoint_id) for m in tables.marks(thread)}
     if stale := marked - parents.keys():  # marks of checkpoints deleted by other means (delete_thread)
         for ns in {ns for ns, _ in stale}:
             tables.remove_marks(thread, ns, [cid for n, cid in stale if n == ns])
     return pruned
+
+
+def _replayed(
+    tables: _Tables, thread: str, ns: str, cid: str, parents: dict[tuple[str, str], str | None], channels: set[str]
+) -> set[str]:
+    """The ancestors of `cid` that LangGraph reads to rebuild `channels` there: up to and including the nearest
+    that stores each channel's value (to the first checkpoint if none does), each with its writes."""
+    needed: set[str] = set()
+    for channel in channels:
+        walked, ancestor = {cid}, parents.get((ns, cid))
+        while ancestor is not None and ancestor not in walked:  # `put` can loop a chain: `walked` ends it
+            walked.add(ancestor)
+            needed.add(ancestor)
+            if channel in tables.delta_state(thread, ns, ancestor, {channel})[0]:
+                break
+            ancestor = parents.get((ns, ancestor))
+    return needed
+
+
+class _Rebuilder:
+    """Reads the value a delta channel has at a checkpoint as LangGraph rebuilds it: the nearest stored value
+    and the writes since (`get_delta_channel_history`), replayed through the graph's channel."""
+
+    def __init__(self, saver: BaseCheckpointSaver[Any], graph: Pregel[Any, Any, Any, Any] | None) -> None:
+        self.saver, self.graph = saver, graph
+
+    def __call__(self, thread: str, ns: str, checkpoint_id: str, channels: set[str]) -> dict[str, Any]:
+        if self.graph is None:
+            from reinloop.graph import agent_topology  # the graph imports this module's callers
+
+            self.graph = agent_topology()
+        specs = {name: spec for name in channels if isinstance(spec := self.graph.channels.get(name), DeltaChannel)}
+        if not specs:
+            return {}
+        config = RunnableConfig(configurable={"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id})
+        values: dict[str, Any] = {}
+        for name, history in self.saver.get_delta_channel_history(config=config, channels=list(specs)).items():
+            channel = specs[name].from_checkpoint(history.get("seed"))
+            channel.replay_writes(history["writes"])
+            values[name] = channel.get()
+        return values
 
 
 def _relinked(ns: str, kept: set[str], parents: dict[tuple[str, str], str | None]) -> dict[str, str | None]:
@@ -233,6 +325,16 @@ def _where(config: RunnableConfig) -> str:
     return f"{where}, checkpoint {configurable['checkpoint_id']!r}" if configurable.get("checkpoint_id") else where
 
 
+@contextlib.contextmanager
+def _released(lock: Lock) -> Iterator[None]:
+    """`lock`, held by the caller, released for a while: the saver's own calls take it."""
+    lock.release()
+    try:
+        yield
+    finally:
+        lock.acquire()
+
+
 # the two databases ---------------------------------------------------------------------------------------
 
 
@@ -243,7 +345,16 @@ class _Tables(Protocol):
     def transaction(self, *, commit: bool) -> contextlib.AbstractContextManager[None]: ...
     def thread_ids(self) -> list[str]: ...
     def checkpoints(self, thread: str) -> list[tuple[str, str, str | None]]: ...
-    def uses_delta_channels(self, thread: str) -> bool: ...
+    def unlocked(self) -> contextlib.AbstractContextManager[None]: ...
+    def delta_channels(self, thread: str) -> set[str]: ...
+    def delta_state(self, thread: str, ns: str, checkpoint_id: str, channels: set[str]) -> tuple[set[str], set[str]]:
+        """Of `channels`: those with a value stored at the checkpoint, and those it has a version of."""
+        ...
+
+    def store(self, thread: str, ns: str, checkpoint_id: str, values: dict[str, Any]) -> None:
+        """Store `values` in the checkpoint as LangGraph stores a delta channel's snapshot."""
+        ...
+
     def delete_writes(self, thread: str, ns: str, ids: Sequence[str]) -> int: ...
     def delete_blobs(self, thread: str, ns: str, ids: Sequence[str]) -> int: ...
     def delete_checkpoints(self, thread: str, ns: str, ids: Sequence[str]) -> int: ...
@@ -256,9 +367,18 @@ class _Tables(Protocol):
 
 
 @contextlib.contextmanager
+def _opened(database: Database) -> Iterator[BaseCheckpointSaver[Any]]:
+    if isinstance(database, BaseCheckpointSaver):
+        yield database
+    else:
+        with open_checkpointer(database) as saver:
+            yield saver
+
+
+@contextlib.contextmanager
 def _tables(database: Database) -> Iterator[_Tables]:
     if not isinstance(database, BaseCheckpointSaver):
-        with open_checkpointer(database) as saver, _tables(saver) as tables:
+        with _opened(database) as saver, _tables(saver) as tables:
             yield tables
         return
     if isinstance(database, SqliteSaver):
@@ -285,11 +405,16 @@ def _is_postgres(saver: BaseCheckpointSaver[Any]) -> TypeGuard[PostgresSaver]:
 SELECT_MARKS_SQL = "SELECT thread_id, checkpoint_ns, checkpoint_id, label FROM reinloop_marks"
 
 
+SQLITE_CHECKPOINT_SQL = (
+    "SELECT type, checkpoint FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
+)
+
+
 class _SqliteTables:
     """`SqliteSaver`'s tables: channel values are stored inside each checkpoint, writes in `writes`."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn = conn
+    def __init__(self, conn: sqlite3.Connection, serde: SerializerProtocol, lock: Lock) -> None:
+        self.conn, self.serde, self.lock = conn, serde, lock
         query = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
         self.has_marks = self.conn.execute(query, (MARKS_TABLE,)).fetchone() is not None
 
@@ -299,7 +424,10 @@ class _SqliteTables:
         # The saver's lock: LangGraph's threads in this process use the same connection.
         with saver.lock:
             saver.setup()
-            yield cls(saver.conn)
+            yield cls(saver.conn, saver.serde, saver.lock)
+
+    def unlocked(self) -> contextlib.AbstractContextManager[None]:
+        return _released(self.lock)
 
     @contextlib.contextmanager
     def transaction(self, *, commit: bool) -> Iterator[None]:
@@ -323,13 +451,34 @@ class _SqliteTables:
         query = "SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id FROM checkpoints WHERE thread_id = ?"
         return [(ns, cid, parent) for ns, cid, parent in self.conn.execute(query, (thread,))]
 
-    def uses_delta_channels(self, thread: str) -> bool:
+    def delta_channels(self, thread: str) -> set[str]:
         query = (
-            "SELECT 1 FROM checkpoints WHERE thread_id = ? AND (json_type(CAST(metadata AS TEXT), ?) IS NOT NULL "
-            "OR json_type(CAST(metadata AS TEXT), ?) IS NOT NULL) LIMIT 1"
+            "SELECT DISTINCT counter.key FROM checkpoints, json_each(CAST(metadata AS TEXT), ?) AS counter "
+            "WHERE thread_id = ?"
         )
-        paths = tuple(f"$.{key}" for key in DELTA_METADATA_KEYS)
-        return self.conn.execute(query, (thread, *paths)).fetchone() is not None
+        return {row[0] for row in self.conn.execute(query, (f"$.{DELTA_COUNTERS_KEY}", thread))}
+
+    def delta_state(self, thread: str, ns: str, checkpoint_id: str, channels: set[str]) -> tuple[set[str], set[str]]:
+        checkpoint = self._checkpoint(thread, ns, checkpoint_id)
+        return channels & checkpoint["channel_values"].keys(), channels & checkpoint["channel_versions"].keys()
+
+    def store(self, thread: str, ns: str, checkpoint_id: str, values: dict[str, Any]) -> None:
+        checkpoint = self._checkpoint(thread, ns, checkpoint_id)
+        checkpoint["channel_values"].update({name: _DeltaSnapshot(value) for name, value in values.items()})
+        query = (
+            "UPDATE checkpoints SET type = ?, checkpoint = ? "
+            "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
+        )
+        self.conn.execute(query, (*self.serde.dumps_typed(checkpoint), thread, ns, checkpoint_id))
+
+    def _checkpoint(self, thread: str, ns: str, checkpoint_id: str) -> Any:
+        query = (
+            "SELECT type, checkpoint FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
+        )
+        row = self.conn.execute(query, (thread, ns, checkpoint_id)).fetchone()
+        if row is None:
+            raise PruneError(f"checkpoint {checkpoint_id!r} of thread {thread!r} went while it was pruned")
+        return self.serde.loads_typed((row[0], row[1]))
 
     def delete_writes(self, thread: str, ns: str, ids: Sequence[str]) -> int:
         query = "DELETE FROM writes WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
@@ -393,12 +542,38 @@ WHERE c.thread_id = %s AND c.checkpoint_ns = %s AND (c.checkpoint_id = ANY(%s)) 
 """
 
 
+# Of some channels, per channel: whether a value is stored at one checkpoint (inline in its channel_values, a
+# primitive or the marker PostgresSaver leaves there for a snapshot, or as a blob of the version it names), and
+# whether it names a version of the channel at all.
+PG_DELTA_STATE_SQL = """
+SELECT channel.name,
+  (c.checkpoint -> 'channel_values') ? channel.name OR EXISTS (
+    SELECT 1 FROM checkpoint_blobs b
+    WHERE b.thread_id = c.thread_id AND b.checkpoint_ns = c.checkpoint_ns AND b.channel = channel.name
+      AND b.version = c.checkpoint -> 'channel_versions' ->> channel.name AND b.type <> 'empty'),
+  (c.checkpoint -> 'channel_versions') ? channel.name
+FROM checkpoints c CROSS JOIN unnest(%s::text[]) AS channel(name)
+WHERE c.thread_id = %s AND c.checkpoint_ns = %s AND c.checkpoint_id = %s
+"""
+PG_STORE_SNAPSHOT_SQL = """
+INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)
+SELECT c.thread_id, c.checkpoint_ns, channel.name, c.checkpoint -> 'channel_versions' ->> channel.name, %s, %s
+FROM checkpoints c CROSS JOIN (SELECT %s::text AS name) AS channel
+WHERE c.thread_id = %s AND c.checkpoint_ns = %s AND c.checkpoint_id = %s
+ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO UPDATE SET type = EXCLUDED.type, blob = EXCLUDED.blob
+"""
+PG_MARK_SNAPSHOT_SQL = """
+UPDATE checkpoints SET checkpoint = jsonb_set(checkpoint, ARRAY['channel_values', %s::text], 'true'::jsonb)
+WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s
+"""
+
+
 class _PostgresTables:
     """`PostgresSaver`'s tables: channel values in `checkpoint_blobs` by version, writes in
     `checkpoint_writes`."""
 
-    def __init__(self, conn: Connection[Any], cursor: Cursor[Any]) -> None:
-        self.conn, self.cur = conn, cursor
+    def __init__(self, conn: Connection[Any], cursor: Cursor[Any], serde: SerializerProtocol, lock: Lock) -> None:
+        self.conn, self.cur, self.serde, self.lock = conn, cursor, serde, lock
         self.cur.execute("SELECT to_regclass(%s) IS NOT NULL", (MARKS_TABLE,))
         self.has_marks = bool((self.cur.fetchone() or (False,))[0])
 
@@ -412,7 +587,7 @@ class _PostgresTables:
             raise ConfigurationError("prune needs a PostgresSaver without a pipeline: pass the database's URL instead")
         with saver.lock, contextlib.ExitStack() as stack:
             conn = saver.conn if isinstance(saver.conn, Connection) else stack.enter_context(saver.conn.connection())
-            yield cls(conn, stack.enter_context(conn.cursor(row_factory=tuple_row)))
+            yield cls(conn, stack.enter_context(conn.cursor(row_factory=tuple_row)), saver.serde, saver.lock)
 
     @contextlib.contextmanager
     def transaction(self, *, commit: bool) -> Iterator[None]:
@@ -434,10 +609,28 @@ class _PostgresTables:
         self.cur.execute(query, (thread,))
         return [(ns, cid, parent) for ns, cid, parent in self.cur.fetchall()]
 
-    def uses_delta_channels(self, thread: str) -> bool:
-        query = "SELECT 1 FROM checkpoints WHERE thread_id = %s AND metadata ?| %s LIMIT 1"
-        self.cur.execute(query, (thread, list(DELTA_METADATA_KEYS)))
-        return self.cur.fetchone() is not None
+    def delta_channels(self, thread: str) -> set[str]:
+        query = (
+            "SELECT DISTINCT jsonb_object_keys(metadata -> %s) FROM checkpoints WHERE thread_id = %s AND metadata ? %s"
+        )
+        self.cur.execute(query, (DELTA_COUNTERS_KEY, thread, DELTA_COUNTERS_KEY))
+        return {row[0] for row in self.cur.fetchall()}
+
+    def unlocked(self) -> contextlib.AbstractContextManager[None]:
+        return _released(self.lock)
+
+    def delta_state(self, thread: str, ns: str, checkpoint_id: str, channels: set[str]) -> tuple[set[str], set[str]]:
+        self.cur.execute(PG_DELTA_STATE_SQL, (list(channels), thread, ns, checkpoint_id))
+        rows = self.cur.fetchall()
+        return {name for name, stored, _ in rows if stored}, {name for name, _, versioned in rows if versioned}
+
+    def store(self, thread: str, ns: str, checkpoint_id: str, values: dict[str, Any]) -> None:
+        # As PostgresSaver.put stores a snapshot: the value as a blob of the version the checkpoint names, and
+        # `true` in its channel_values, which marks that blob as the snapshot.
+        for name, value in values.items():
+            kind, blob = self.serde.dumps_typed(_DeltaSnapshot(value))
+            self.cur.execute(PG_STORE_SNAPSHOT_SQL, (kind, blob, name, thread, ns, checkpoint_id))
+            self.cur.execute(PG_MARK_SNAPSHOT_SQL, (name, thread, ns, checkpoint_id))
 
     def delete_writes(self, thread: str, ns: str, ids: Sequence[str]) -> int:
         query = "DELETE FROM checkpoint_writes WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = ANY(%s)"

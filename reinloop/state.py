@@ -14,7 +14,8 @@ import operator
 from typing import Annotated, Any, Literal, NotRequired, get_args
 
 from langchain_core.messages import AnyMessage
-from langgraph.graph.message import add_messages
+from langgraph.channels import DeltaChannel
+from langgraph.graph.message import _messages_delta_reducer
 from langgraph.managed import RemainingSteps
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from typing_extensions import TypedDict
@@ -27,6 +28,7 @@ __all__ = [
     "FINISH_REASONS",
     "FRESH_BUDGETS",
     "INPUT_ERROR_TEMPLATE",
+    "MESSAGES_SNAPSHOT_EVERY",
     "NO_USAGE",
     "RAW_KEPT_CHARS",
     "AgentInput",
@@ -232,13 +234,23 @@ def _input_problem(error: Any) -> str:
     return f"{where}: {error['msg']} (got {truncate(repr(error['input']), 60)})"
 
 
+# The window is saved as deltas (LangGraph's `DeltaChannel`): a checkpoint stores no copy of the messages, only
+# its step's changes to them (its tasks' writes, which are saved anyway), and every this many changes a full
+# copy. Reading a saved step replays the changes since the last copy: at most this many writes. LangGraph gives
+# each message its id before its write is saved, so a replay yields the ids the run saw (compress_memory removes
+# messages by id). The reducer is LangGraph's batch form of `add_messages` for this channel.
+MESSAGES_SNAPSHOT_EVERY = 100
+
+
 class AgentState(TypedDict, total=False):
     """The checkpointed state of one thread."""
 
     # The user's task; written by the input, shown to the model on every decision.
     task: str
     # Short-term window: decisions, tool results and notes; decide/observe append, compress_memory trims.
-    messages: Annotated[list[AnyMessage], add_messages]
+    messages: Annotated[
+        list[AnyMessage], DeltaChannel(_messages_delta_reducer, snapshot_frequency=MESSAGES_SNAPSHOT_EVERY)
+    ]
     # The latest parsed reply; written by decide every round.
     decision: Decision
     # Correction hint for the next decide after an unparsable reply; set by validate_args, cleared by decide.

@@ -197,9 +197,6 @@ def prune_report(console: Console, report: PruneReport, location: str) -> None:
     counts += f"{_count(report.blobs, 'stored value')} of {_count(report.threads, 'thread')}"
     console.print(Text(f"{verb} {counts}; {_count(report.kept, 'checkpoint')} kept"))
     console.print(Text(f"{location}: {_size(report.bytes_before)} before, {_size(report.bytes_after)} after", "dim"))
-    if report.refused:
-        left = f"left whole, as their graph uses a DeltaChannel: {', '.join(report.refused)}"
-        console.print(Text(left, "yellow"), soft_wrap=True)
     if report.dry_run:
         console.print(Text("dry run: nothing was deleted", "dim"))
     elif report.checkpoints and report.bytes_after >= report.bytes_before:
