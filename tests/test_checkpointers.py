@@ -58,3 +58,37 @@ def test_break_then_resume_in_a_new_agent_on_the_same_database(database, caplog)
     )
     assert finished["consecutive_errors"] == 1  # the unknown tool in between, carried in saved state
     assert "unregistered" not in caplog.text  # state holds no custom types a strict serializer would refuse
+
+
+@pytest.mark.parametrize("first", ["reinloop's saver", "LangGraph's SqliteSaver"])
+def test_either_sqlite_saver_continues_a_thread_the_other_saved(tmp_path, first):
+    """reinloop's SQLite saver writes shorter channel versions than LangGraph's `SqliteSaver`; each still
+    continues a thread the other saved: a run broken under one is resumed to its answer under the other."""
+    import sqlite3
+
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    from reinloop import sqlite_checkpointer
+
+    path, thread = tmp_path / "runs.sqlite", new_thread()
+    savers = [lambda: sqlite_checkpointer(path), lambda: SqliteSaver(sqlite3.connect(path, check_same_thread=False))]
+    if first != "reinloop's saver":
+        savers.reverse()
+    model = ScriptedChatModel(
+        respond=lambda messages: SCRIPT[sum(m.type == "ai" and m.name != "circuit_break" for m in messages)]
+    )
+    before = savers[0]()
+    stopped = build_agent(model, [add], config=AgentConfig(max_iterations=2), checkpointer=before).invoke(
+        {"task": "add 1 to 0, 1, 2"}, thread
+    )
+    versions = before.get_tuple(thread).checkpoint["channel_versions"]
+    assert stopped["iteration"] == 2
+    assert all(len(str(version)) == 32 for version in versions.values()) == (first == "reinloop's saver")
+    after = savers[1]()
+    finished = resume(build_agent(model, [add], checkpointer=after), thread, extra_iterations=3)
+    assert (finished["finish_reason"], finished["final_answer"], finished["iteration"]) == (
+        "answered",
+        "3 is the last sum",
+        5,
+    )
+    assert len(finished["messages"]) > len(stopped["messages"]) - 2  # the window carried over and grew
