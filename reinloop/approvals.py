@@ -142,7 +142,8 @@ def approval_tools(registry: ToolRegistry, approve: Iterable[str] | None, has_ch
         raise ConfigurationError(
             f"calls of {', '.join(map(repr, sorted(tools)))} wait for a person's approval, which stops the run "
             "with a LangGraph interrupt that is saved until answered: give build_agent a checkpointer "
-            "(reinloop.sqlite_checkpointer(path), or InMemorySaver() in tests)"
+            "(reinloop.sqlite_checkpointer(path), or InMemorySaver() in tests), or checkpointer=True where one is "
+            "given at run time (LangGraph Server, a parent graph)"
         )
     return tools
 

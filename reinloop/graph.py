@@ -143,7 +143,7 @@ def build_agent(
     tools: Sequence[BaseTool | Callable[..., Any]] | ToolRegistry,
     *,
     config: AgentConfig | None = None,
-    checkpointer: BaseCheckpointSaver[Any] | None = None,
+    checkpointer: BaseCheckpointSaver[Any] | bool | None = None,
     store: BaseStore | None = None,
     protocol: DecisionProtocol | None = None,
     summary_model: BaseChatModel | str | None = None,
@@ -158,14 +158,16 @@ def build_agent(
     `config.protocol` names a built-in one; a custom `DecisionProtocol` object given as `protocol` is used
     instead, and must then agree with the config: if the config sets `protocol` explicitly, the object's
     `name` must be that name (else `ConfigurationError`); leave it unset for a protocol with a new name.
-    Give a `checkpointer` to save every step (resume needs one), and a `store` with a semantic index (see
+    Give a `checkpointer` to save every step (resume needs one), or ``checkpointer=True`` for one given at run
+    time, as LangGraph names it: a parent graph's when the agent runs as its subgraph, or LangGraph Server's,
+    which gives each graph its own (`reinloop.server`). Give a `store` with a semantic index (see
     `reinloop.memory.memory_store`) for long-term memory. Summaries of folded window entries are written by
     `summary_model`, by default the agent's model. `state_schema` extends `AgentState` with keys of your own
     (``class MyState(AgentState): cart: list[str]``), which tools read through `InjectedState` or
     `ToolRuntime.state` and write by returning ``Command(update=...)`` (`reinloop.tools.commands`).
     `approve` names tools whose calls wait for a person to approve, edit or reject them before they run (a
     LangGraph interrupt, answered with ``Command(resume=...)``: `reinloop.approvals`); tools may also declare
-    it themselves. Approvals need a `checkpointer`.
+    it themselves. Approvals need a `checkpointer` (or ``checkpointer=True``).
     """
     if config is None:
         config = AgentConfig()
@@ -174,7 +176,8 @@ def build_agent(
     registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
     chat_model = resolve_model(model)
     summarizer = resolve_model(summary_model) if summary_model is not None else chat_model
-    approvals = approval_tools(registry, approve, has_checkpointer=checkpointer is not None)
+    saved = checkpointer is not None and checkpointer is not False
+    approvals = approval_tools(registry, approve, has_checkpointer=saved)
     ctx = _context(chat_model, registry, config, get_protocol(config, protocol), summarizer, state_schema, approvals)
 
     model_retry = RetryPolicy(
@@ -185,10 +188,11 @@ def build_agent(
     graph = _diagram(lambda node: _bound(node, ctx), model_retry, state_schema)
     compiled = _Agent.of(graph.compile(checkpointer=checkpointer, store=store, name=name), steps_to_stop(config))
     compiled = compiled.with_config(recursion_limit=recursion_limit(config.max_iterations))
-    if checkpointer is None:
+    if not saved:
         # LangGraph has nothing to make durable (and fails on a durability without a checkpointer).
         return compiled
-    check_checkpointer(checkpointer)
+    if isinstance(checkpointer, BaseCheckpointSaver):
+        check_checkpointer(checkpointer)
     # A default every invocation path reads (invoke, stream, batch, subgraphs) unless the caller passes
     # durability= explicitly.
     return compiled.with_config(configurable={CONFIG_KEY_DURABILITY: config.durability})

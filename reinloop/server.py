@@ -8,12 +8,15 @@ Its model and tools come from environment settings, read once, when the server f
   ``OPENAI_API_KEY``, the embedded local model, whose server runs until the process exits.
 - ``REINLOOP_TOOLS``: names from `default_toolset`, comma-separated (default: all of them), working in
   ``REINLOOP_WORKSPACE`` (default ``reinloop-workspace``); ``REINLOOP_WEATHER_URL`` adds the weather tool.
+- ``REINLOOP_APPROVE``: tools whose calls wait for a person's approval, comma-separated (`reinloop.approvals`:
+  the run stops with an interrupt, answered with ``Command(resume=...)`` through the SDK).
 - ``REINLOOP_PRESET``: a seed's loop (`reinloop.presets`, e.g. ``seed-002``) as the base settings, its
   protocol unless ``REINLOOP_PROTOCOL`` names another.
 - ``REINLOOP_<FIELD>``: any `AgentConfig` field, e.g. ``REINLOOP_MAX_ITERATIONS=30`` (over the preset's).
 
 The platform provides the checkpointer and the store (long-term memory recalls only from a store with an
-index, set in langgraph.json), so the agent is built without either.
+index, set in langgraph.json), so the agent is built with ``checkpointer=True`` (given at run time) and no
+store.
 """
 
 from __future__ import annotations
@@ -72,7 +75,9 @@ def agent_from_environment(resources: ExitStack) -> CompiledAgent:
         protocol = _setting("protocol") or preset_protocol(_setting("preset"))
         chosen = attempt.enter_context(model_from_settings(_setting("model"), _setting("base_url"), protocol))
         config = config_from_environment(chosen)
-        agent = build_agent(chosen.model, _tools(chosen), config=config, protocol=chosen.decision_protocol)
+        tools = _tools(chosen)
+        agent = build_agent(chosen.model, tools, config=config, protocol=chosen.decision_protocol,
+                            checkpointer=True, approve=_names("approve", [tool.name for tool in tools]))  # fmt: skip
         resources.enter_context(attempt.pop_all())
     return agent
 
@@ -88,16 +93,23 @@ def config_from_environment(chosen: ChosenModel) -> AgentConfig:
 def _tools(chosen: ChosenModel) -> list[BaseTool]:
     workspace = Path(_setting("workspace") or DEFAULT_WORKSPACE)
     toolset = default_toolset(workspace, model=chosen.model, weather_base_url=_setting("weather_url"))
-    wanted = _setting("tools")
-    if wanted is None:
-        return toolset
-    names = [name.strip() for name in wanted.split(",") if name.strip()]
     by_name = {tool.name: tool for tool in toolset}
-    unknown = [name for name in names if name not in by_name]
+    names = _names("tools", list(by_name))
+    return toolset if names is None else [by_name[name] for name in names]
+
+
+def _names(setting: str, known: list[str]) -> list[str] | None:
+    """The tool names a comma-separated setting lists (None when unset), each one of `known`."""
+    wanted = _setting(setting)
+    if wanted is None:
+        return None
+    names = [name.strip() for name in wanted.split(",") if name.strip()]
+    unknown = [name for name in names if name not in known]
     if unknown or not names:
         problem = f"unknown tools {', '.join(map(repr, unknown))}" if unknown else "no tool"
-        raise ConfigurationError(f"{ENV_PREFIX}TOOLS={wanted!r} names {problem}; choose from {', '.join(by_name)}")
-    return [by_name[name] for name in names]
+        variable = ENV_PREFIX + setting.upper()
+        raise ConfigurationError(f"{variable}={wanted!r} names {problem}; choose from {', '.join(known)}")
+    return names
 
 
 def _setting(name: str) -> str | None:

@@ -26,7 +26,7 @@ def add_up(messages: list[BaseMessage]) -> AIMessage | str:
     """Add the task's numbers left to right, one call a round, from the results it was shown."""
     task = next(message.text for message in messages if isinstance(message, HumanMessage))
     numbers = [int(number) for number in re.findall(r"-?\d+", task)]
-    results = [int(message.text) for message in messages if isinstance(message, ToolMessage)]
+    results = [int(message.text.splitlines()[-1]) for message in messages if isinstance(message, ToolMessage)]
     done = len(results)
     total = results[-1] if results else numbers[0]
     if done + 1 < len(numbers):
@@ -36,3 +36,12 @@ def add_up(messages: list[BaseMessage]) -> AIMessage | str:
 
 
 agent = build_agent(ScriptedChatModel(respond=add_up), [add], config=AgentConfig(max_iterations=MAX_ITERATIONS))
+
+# The same agent, asking a person before each `add` call; LangGraph Server gives it its checkpointer at run time.
+approving = build_agent(
+    ScriptedChatModel(respond=add_up),
+    [add],
+    config=AgentConfig(max_iterations=MAX_ITERATIONS),
+    approve=["add"],
+    checkpointer=True,
+)

@@ -278,6 +278,29 @@ def test_approval_settings_that_cannot_work_are_refused_at_build_time(outbox):
         build_agent(model, [outbox.tool], approve=["sned"], checkpointer=InMemorySaver())
     with pytest.raises(ConfigurationError, match="a list of tool names"):
         build_agent(model, [outbox.tool], approve="send", checkpointer=InMemorySaver())
+    with pytest.raises(ConfigurationError, match="checkpointer"):
+        build_agent(model, [outbox.tool], approve=["send"], checkpointer=False)  # LangGraph's "never one"
+
+
+def test_an_agent_given_its_checkpointer_at_run_time_asks_inside_a_parent_graph(outbox):
+    """``checkpointer=True``: the agent as a subgraph uses its parent's saver, and its interrupt stops the parent."""
+    from langgraph.graph import START, StateGraph
+
+    from reinloop import AgentState
+
+    model = ScriptedChatModel(replies=[tool_call("send", {"text": "hi"}), "sent"])
+    agent = build_agent(model, [outbox.tool], approve=["send"], checkpointer=True)
+    parent = StateGraph(AgentState)
+    parent.add_node("agent", agent)
+    parent.add_edge(START, "agent")
+    app, thread = parent.compile(checkpointer=InMemorySaver()), new_thread()
+
+    (waiting,) = app.invoke({"task": "say hi"}, thread)["__interrupt__"]
+    assert (waiting.value["name"], outbox.sent) == ("send", [])
+    done = app.invoke(Command(resume=APPROVE), thread)
+    assert (done["final_answer"], outbox.sent) == ("sent", ["hi"])
+    with pytest.raises(RuntimeError, match="checkpointer=True cannot be used for root graphs"):
+        agent.invoke({"task": "say hi"}, new_thread())
 
 
 # The command line ----------------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from tests.test_readme import FENCE
 ROOT = Path(__file__).resolve().parent.parent
 STARTUP_TIMEOUT_S = 120.0
 SCRIPTED = "scripted"  # the graph of tests/server_graph.py
+APPROVING = "approving"  # its twin that asks before each call
 DEPLOYED = "reinloop"  # the repository's langgraph.json entry
 # The deployed agent's settings; its model replies what each test scripts.
 DEPLOYED_ENV = {"REINLOOP_TOOLS": "calculator", "REINLOOP_MAX_ITERATIONS": "4"}
@@ -68,7 +69,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     folder = tmp_path_factory.mktemp("langgraph-server")
     deployed = json.loads((ROOT / "langgraph.json").read_text())["graphs"][DEPLOYED]
     config = {"dependencies": [str(ROOT)],
-              "graphs": {SCRIPTED: f"{ROOT}/tests/server_graph.py:agent", DEPLOYED: deployed}}  # fmt: skip
+              "graphs": {SCRIPTED: f"{ROOT}/tests/server_graph.py:agent", DEPLOYED: deployed,
+                         APPROVING: f"{ROOT}/tests/server_graph.py:approving"}}  # fmt: skip
     (folder / "langgraph.json").write_text(json.dumps(config))
     port = _free_port()
     with ScriptedOpenAIServer() as model, (folder / "server.log").open("wb") as log:
@@ -161,6 +163,26 @@ def test_a_run_streams_updates_and_messages_and_leaves_state_and_history(server:
     # six steps, the answering round three).
     assert len(history) == 1 + 1 + 2 * 6 + 3
     assert [entry["next"] for entry in history[-2:]] == [["decide"], ["__start__"]]
+
+
+def test_a_call_waits_on_the_server_for_a_person_and_runs_as_they_edit_it(server: Server) -> None:
+    from langgraph_sdk import get_client
+
+    async def run() -> tuple[dict[str, Any], dict[str, Any]]:
+        client = get_client(url=server.url)
+        thread = (await client.threads.create())["thread_id"]
+        await client.runs.wait(thread, APPROVING, input={"task": "Add up 1 2"})
+        waiting = await client.threads.get_state(thread)
+        edit = {"action": "edit", "args": {"a": 1, "b": 5}}
+        await client.runs.wait(thread, APPROVING, command={"resume": edit})
+        return waiting, await client.threads.get_state(thread)
+
+    waiting, done = asyncio.run(run())
+
+    (request,) = [interrupt["value"] for task in waiting["tasks"] for interrupt in task["interrupts"]]
+    assert (request["type"], request["name"], request["args"]) == ("tool_approval", "add", {"a": 1, "b": 2})
+    assert waiting["next"] == ["validate_args"] and waiting["values"].get("tool_results") == []
+    assert (done["values"]["finish_reason"], done["values"]["final_answer"]) == ("answered", "The sum is 6.")
 
 
 def test_the_input_schema_asks_for_the_task(server: Server) -> None:
@@ -348,5 +370,35 @@ def test_make_agent_builds_the_agent_once(clean_env: pytest.MonkeyPatch, tmp_pat
 
     first, second = asyncio.run(twice())
     assert first is second
-    assert first.checkpointer is None and first.store is None
+    assert first.checkpointer is True and first.store is None  # the platform gives each at run time
     assert set(first.nodes) >= {"decide", "execute_tool", "check_finish"}
+
+
+def test_approvals_named_in_the_environment_stop_the_served_agent_for_a_person(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from contextlib import nullcontext
+
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command
+
+    from reinloop.testing import tool_call
+
+    clean_env.setenv("REINLOOP_WORKSPACE", str(tmp_path))
+    clean_env.setenv("REINLOOP_TOOLS", "calculator,web_search")
+    clean_env.setenv("REINLOOP_APPROVE", "calculator")
+    model = ScriptedChatModel(replies=[tool_call("calculator", {"expression": "2 + 2"}), "4"])
+    chosen = ChosenModel(model, "scripted", "tool_calling")
+    clean_env.setattr(served, "model_from_settings", lambda *settings: nullcontext(chosen))
+    with ExitStack() as resources:
+        agent = served.agent_from_environment(resources)
+    # As LangGraph Server does: the served graph with the platform's checkpointer.
+    running, thread = agent.copy(update={"checkpointer": InMemorySaver()}), _thread()
+    (waiting,) = running.invoke({"task": "2 + 2?"}, thread)["__interrupt__"]
+    assert (waiting.value["name"], waiting.value["args"]) == ("calculator", {"expression": "2 + 2"})
+    done = running.invoke(Command(resume={"action": "approve"}), thread)
+    assert (done["finish_reason"], done["final_answer"]) == ("answered", "4")
+
+    clean_env.setenv("REINLOOP_APPROVE", "calculator,telepathy")
+    with ExitStack() as resources, pytest.raises(ConfigurationError, match=r"REINLOOP_APPROVE=.*'telepathy'"):
+        served.agent_from_environment(resources)
