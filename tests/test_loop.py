@@ -423,6 +423,26 @@ def test_an_interrupt_inside_a_tool_pauses_the_graph_instead_of_being_swallowed(
     assert tool_messages(result)[0].content == "deleted" and result["finish_reason"] == "answered"
 
 
+def test_a_tool_not_safe_to_run_twice_that_asks_with_interrupt_runs_once_answered():
+    """Its task is run again after the answer, as LangGraph does: it was asked, not stopped by a crash, so it
+    does not fail closed as a call in flight at a crash does."""
+    deleted = []
+
+    @tool
+    def delete_file(path: str) -> str:
+        """Delete a file after the operator approves."""
+        if interrupt(f"delete {path}?"):
+            deleted.append(path)
+            return "deleted"
+        return "kept"
+
+    delete_file.metadata = {"reinloop": {"idempotent": False}}
+    agent, _ = make_agent([tool_call("delete_file", {"path": "a.txt"}), "done"], tools=[delete_file])
+    assert agent.invoke({"task": "t"}, THREAD)["__interrupt__"][0].value == "delete a.txt?"
+    result = agent.invoke(Command(resume=True), THREAD)
+    assert (tool_messages(result)[0].content, result["in_doubt"], deleted) == ("deleted", [], ["a.txt"])
+
+
 def test_async_tools_run_with_the_sync_loop():
     @tool
     async def slow_double(x: int) -> int:

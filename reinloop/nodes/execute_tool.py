@@ -30,7 +30,9 @@ starts with a note saying so.
 The tool gets the call's idempotency key in its config (`reinloop.tools.idempotency_key()`), so a call
 re-run after a crash can find its earlier effect. A tool declared not idempotent is not re-run at all (nor
 retried, unless it is declared retryable): a call of it that was in flight when the process died gets an
-"unknown_outcome" observation and a record in `in_doubt` (fail closed).
+"unknown_outcome" observation and a record in `in_doubt` (fail closed). A call whose tool stopped the run
+with LangGraph's `interrupt()` is run again once answered (`Command(resume=...)`), as LangGraph runs an
+interrupted task: the tool's code before its `interrupt()` runs twice.
 """
 
 from __future__ import annotations
@@ -79,6 +81,9 @@ UNKNOWN_OUTCOME_TEMPLATE = (
 # resume (`Command(resume=...)`) continues a saved thread too, but at validate_args, where approvals wait, so
 # execute_tool never runs in its first step (`reinloop.approvals`).
 CONFIG_KEY_RESUMING = "__pregel_resuming"
+# LangGraph's per-task scratchpad: it holds the answers to the task's own `interrupt()` calls when a run
+# continues with `Command(resume=...)`.
+CONFIG_KEY_SCRATCHPAD = "__pregel_scratchpad"
 
 
 def execute_tool(check: CallCheck, ctx: AgentContext, config: RunnableConfig) -> dict[str, Any]:
@@ -93,7 +98,7 @@ async def aexecute_tool(check: CallCheck, ctx: AgentContext, config: RunnableCon
 def _execute_tool(check: CallCheck, ctx: AgentContext, config: RunnableConfig) -> Steps[dict[str, Any]]:
     name = check["name"]
     entry = ctx.registry[name]
-    if not entry.idempotent and (config.get("configurable") or {}).get(CONFIG_KEY_RESUMING):
+    if not entry.idempotent and _in_flight_at_a_crash(config):
         doubt = InDoubtCall(call_id=check["call_id"], name=name, args=check["args"], key=check["key"])
         update = _outcome(check, UNKNOWN_OUTCOME_TEMPLATE.format(name=name), "unknown_outcome", attempts=0)
         return {**update, "in_doubt": [doubt]}
@@ -114,6 +119,18 @@ def _execute_tool(check: CallCheck, ctx: AgentContext, config: RunnableConfig) -
         # The model's message still holds the call it made; the result must say it is not that call's.
         content = EDITED_NOTE.format(args=json.dumps(check["args"], ensure_ascii=False)) + content
     return {**_outcome(check, content, run.error_kind, attempts=made), **written}
+
+
+def _in_flight_at_a_crash(config: RunnableConfig) -> bool:
+    """Whether this task was left to run by a saved thread that continues, and not because its tool stopped
+    it with `interrupt()` and now has the answer (LangGraph runs such a task again from its start, as it
+    should: the tool asked to be run again)."""
+    configurable = config.get("configurable") or {}
+    if not configurable.get(CONFIG_KEY_RESUMING):
+        return False
+    scratchpad = configurable.get(CONFIG_KEY_SCRATCHPAD)
+    answered = scratchpad is not None and (bool(scratchpad.resume) or scratchpad.get_null_resume(False) is not None)
+    return not answered
 
 
 def _call_args(check: CallCheck, ctx: AgentContext, config: RunnableConfig) -> dict[str, Any]:
