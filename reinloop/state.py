@@ -236,10 +236,12 @@ def _input_problem(error: Any) -> str:
 
 # The window is saved as deltas (LangGraph's `DeltaChannel`): a checkpoint stores no copy of the messages, only
 # its step's changes to them (its tasks' writes, which are saved anyway), and every this many changes a full
-# copy. Reading a saved step replays the changes since the last copy: at most this many writes. LangGraph gives
+# copy. Reading a saved step replays the changes since the last copy: at most this many writes, from about 2.4
+# times as many checkpoints (a round changes the window two or three times in six steps). 50 halves the bytes a
+# round saves and resumes a 3,000-round thread in about 10 ms (benchmarks/RESULTS.md). LangGraph gives
 # each message its id before its write is saved, so a replay yields the ids the run saw (compress_memory removes
 # messages by id). The reducer is LangGraph's batch form of `add_messages` for this channel.
-MESSAGES_SNAPSHOT_EVERY = 100
+MESSAGES_SNAPSHOT_EVERY = 50
 
 
 class AgentState(TypedDict, total=False):
