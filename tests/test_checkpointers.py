@@ -92,3 +92,31 @@ def test_either_sqlite_saver_continues_a_thread_the_other_saved(tmp_path, first)
         5,
     )
     assert len(finished["messages"]) > len(stopped["messages"]) - 2  # the window carried over and grew
+
+
+def test_a_long_thread_reads_back_across_full_copies_of_its_window(tmp_path):
+    """The window is saved as deltas with a full copy every MESSAGES_SNAPSHOT_EVERY changes: every saved step of
+    a thread past several copies reads back the window the run had there, from a new connection too."""
+    from reinloop import sqlite_checkpointer
+    from reinloop.state import MESSAGES_SNAPSHOT_EVERY
+
+    rounds = MESSAGES_SNAPSHOT_EVERY  # two or three changes a round: two full copies or more
+    script = [tool_call("add", {"a": n, "b": 1}) for n in range(rounds)] + ["counted"]
+    path, thread = tmp_path / "runs.sqlite", new_thread()
+    saver = sqlite_checkpointer(path)
+    agent = build_agent(ScriptedChatModel(replies=script), [add], config=AgentConfig(max_iterations=2 * rounds),
+                        checkpointer=saver)  # fmt: skip
+    seen = {}  # the window at each checkpoint, as the run had it when it saved the checkpoint
+    for saved in agent.stream({"task": "count"}, thread, stream_mode="checkpoints"):
+        seen[saved["config"]["configurable"]["checkpoint_id"]] = [m.id for m in saved["values"].get("messages", [])]
+    copies = [t for t in saver.list(thread) if "messages" in t.checkpoint["channel_values"]]
+    assert len(copies) >= 2
+    saver.conn.close()
+
+    reopened = sqlite_checkpointer(path)
+    again = build_agent(ScriptedChatModel(replies=["done"]), [add], checkpointer=reopened)
+    history = {s.config["configurable"]["checkpoint_id"]: [m.id for m in s.values.get("messages", [])]
+               for s in again.get_state_history(thread)}  # fmt: skip
+    assert history == seen and len(seen) > 4 * rounds
+    assert again.invoke({"task": "and now?"}, thread)["final_answer"] == "done"  # a new task on the thread
+    reopened.conn.close()
