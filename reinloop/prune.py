@@ -203,26 +203,28 @@ _Snapshots = dict[tuple[str, str], dict[str, Any]]
 
 @dataclass(frozen=True)
 class _Plan:
-    """What one thread keeps: checkpoint ids by namespace, and the delta channels to store in some of them."""
+    """One thread's checkpoints as read (parents, marks), what it keeps (ids by namespace), and the delta
+    channels to store in some of the kept ones."""
 
+    parents: dict[tuple[str, str], str | None]  # (namespace, checkpoint id): parent id
+    marked: set[tuple[str, str]]
     kept: dict[str, set[str]]
     snapshots: dict[tuple[str, str], set[str]]  # (namespace, checkpoint id): channels
 
 
 def _plan(tables: _Tables, thread: str, keep: int, pinned: frozenset[str], deltas: set[str]) -> _Plan:
     rows = tables.checkpoints(thread)
-    parents = {(ns, cid): parent for ns, cid, parent in rows}
     marked = {(m.checkpoint_ns, m.checkpoint_id) for m in tables.marks(thread)}
+    plan = _Plan({(ns, cid): parent for ns, cid, parent in rows}, marked, {}, {})
     by_ns: dict[str, list[str]] = defaultdict(list)
     for ns, cid, _ in rows:
         by_ns[ns].append(cid)
-    plan = _Plan({}, {})
     for ns, ids in by_ns.items():
         latest = sorted(ids, reverse=True)[:keep]  # ids sort by time: the latest is what get_state loads
         kept = plan.kept[ns] = {*latest, *(cid for cid in ids if cid in pinned or (ns, cid) in marked)}
         for cid in kept:
             # A kept checkpoint whose parent goes needs the value of each delta channel it does not store.
-            if deltas and (parent := parents[(ns, cid)]) is not None and parent not in kept:
+            if deltas and (parent := plan.parents[(ns, cid)]) is not None and parent not in kept:
                 stored, versioned = tables.delta_state(thread, ns, cid, deltas)
                 if missing := versioned - stored:
                     plan.snapshots[(ns, cid)] = missing
@@ -232,11 +234,10 @@ def _plan(tables: _Tables, thread: str, keep: int, pinned: frozenset[str], delta
 def _prune_thread(tables: _Tables, thread: str, keep: int, pinned: frozenset[str], snapshots: _Snapshots) -> _Pruned:
     """Delete what `thread` no longer needs (nothing kept: no such thread), after storing `snapshots` where the
     plan still asks for them."""
-    rows = tables.checkpoints(thread)
-    if not rows:
-        return _Pruned()
-    parents: dict[tuple[str, str], str | None] = {(ns, cid): parent for ns, cid, parent in rows}
     plan = _plan(tables, thread, keep, pinned, tables.delta_channels(thread))
+    parents = plan.parents
+    if not parents:
+        return _Pruned()
     pruned = _Pruned()
     for ns, kept in plan.kept.items():
         for (where, cid), channels in plan.snapshots.items():
@@ -247,7 +248,7 @@ def _prune_thread(tables: _Tables, thread: str, keep: int, pinned: frozenset[str
                 tables.store(thread, ns, cid, stored)
             if unread := channels - stored.keys():  # kept in full instead: the rows they are rebuilt from
                 kept |= _replayed(tables, thread, ns, cid, parents, unread)
-        deleted = [cid for cid in {c for n, c, _ in rows if n == ns} if cid not in kept]
+        deleted = [cid for n, cid in parents if n == ns and cid not in kept]
         if not deleted:
             pruned += _Pruned(kept=len(kept))
             continue
@@ -255,8 +256,7 @@ def _prune_thread(tables: _Tables, thread: str, keep: int, pinned: frozenset[str
         blobs = tables.delete_blobs(thread, ns, deleted)  # before the checkpoints: it reads what they name
         pruned += _Pruned(tables.delete_checkpoints(thread, ns, deleted), writes, blobs, len(kept))
         tables.relink(thread, ns, _relinked(ns, kept, parents))
-    marked = {(m.checkpoint_ns, m.checkpoint_id) for m in tables.marks(thread)}
-    if stale := marked - parents.keys():  # marks of checkpoints deleted by other means (delete_thread)
+    if stale := plan.marked - parents.keys():  # marks of checkpoints deleted by other means (delete_thread)
         for ns in {ns for ns, _ in stale}:
             tables.remove_marks(thread, ns, [cid for n, cid in stale if n == ns])
     return pruned
