@@ -84,6 +84,8 @@ def fit_to_budget(
     budget = ctx.settings.context_token_budget
     draft = _Draft.of(task, window, memory_note(summaries, pending, memories), [reflection, correction])
     prompt, tokens = draft.measure(ctx)
+    if tokens <= budget:
+        return prompt, tokens
     parts = sorted(draft.parts(), key=lambda part: part.size)
     while tokens > budget and parts:
         part = parts.pop()
