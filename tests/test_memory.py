@@ -395,13 +395,14 @@ def test_add_2_2_and_add_1_3_both_stay_in_the_window_end_to_end():
     assert not result.get("pending")
 
 
-def test_identical_errors_from_different_calls_both_stay_in_the_window_end_to_end():
+def test_a_failure_leaves_the_window_once_another_attempt_follows_it_end_to_end():
     replies = [tool_call("find", {"key": "x"}), tool_call("find", {"key": "y"}), "done"]
-    agent, _ = make_agent(replies, tools=[find])
+    agent, model = make_agent(replies, tools=[find])
     result = agent.invoke({"task": "Find."}, new_thread())
-    errors = [m.text for m in result["messages"] if isinstance(m, ToolMessage)]
-    assert len(errors) == 2 and errors[0] == errors[1]  # the same text, from different calls
-    assert window_of(result) == ["find{'key': 'x'}", "find{'key': 'y'}"]
+    # the model reacted to the first failure with a new attempt: only that attempt's failure is sent on
+    sent = [[m.text for m in call.messages if isinstance(m, ToolMessage)] for call in model.calls]
+    assert [len(texts) for texts in sent] == [0, 1, 1]
+    assert window_of(result) == ["find{'key': 'y'}"] and not result.get("pending")  # and no digest is left
 
 
 def test_a_true_repeat_leaves_the_window_end_to_end():
@@ -430,11 +431,13 @@ def test_an_unreadable_reply_and_a_failed_call_leave_the_window_once_the_model_g
     agent, model = make_agent(replies, max_parse_retries=1)
     result = agent.invoke({"task": "Add."}, new_thread())
     assert result["finish_reason"] == "answered"
-    # before the success, the error note and the failed call were sent...
-    before = [m.text for m in model.calls[3].messages]
-    assert any(t.startswith("Error: your reply could not be read") for t in before)
-    assert any(t.startswith("Error: invalid arguments for 'add'") for t in before)
-    # ...after it, neither is, in full or as a digest: only the task and the successful call remain
+    sent = [[m.text for m in call.messages] for call in model.calls]
+    # the error note is sent until the model makes another attempt...
+    assert any(t.startswith("Error: your reply could not be read") for t in sent[2])
+    assert not any(t.startswith("Error: your reply could not be read") for t in sent[3])
+    # ...which, failed, is sent until the next...
+    assert any(t.startswith("Error: invalid arguments for 'add'") for t in sent[3])
+    # ...and after the success neither is, in full or as a digest: only the task and the successful call remain
     after = model.calls[4].messages
     assert [type(m).__name__ for m in after] == ["HumanMessage", "AIMessage", "ToolMessage"]
     assert not result.get("pending")
@@ -450,11 +453,13 @@ def test_the_error_notes_mark_is_not_sent_to_the_provider():
     assert _convert_message_to_dict(note) == {"role": "user", "content": note.text}
 
 
-def test_identical_refusals_are_kept_once_in_the_window():
+def test_of_repeated_failures_only_the_newest_is_in_the_window():
     script = [tool_call("lookup", {"key": "nowhere"})] * 5 + ["gave up"]
     agent, model = make_agent(script, max_repeats=2, error_threshold=10, repeats_after_feedback=5)
     result = agent.invoke({"task": "Find."}, new_thread())
     assert result["finish_reason"] == "answered"
-    sent = [m.text for m in model.calls[-1].messages if isinstance(m, ToolMessage)]
-    refusals = [text for text in sent if text.startswith("Error: not run")]
-    assert len(refusals) == 1 and len(sent) == 2  # the failure, and one copy of the refusal
+    sent = [[m.text for m in call.messages if isinstance(m, ToolMessage)] for call in model.calls]
+    assert [len(texts) for texts in sent] == [0, 1, 1, 1, 1, 1]
+    assert "unknown key" in sent[1][0] and sent[-1][0].startswith("Error: not run")
+
+

@@ -18,7 +18,6 @@ __all__ = [
     "failed",
     "is_error_note",
     "pairing_violations",
-    "succeeded_calls",
     "window_entries",
 ]
 
@@ -62,7 +61,7 @@ def pairing_violations(messages: Sequence[BaseMessage]) -> list[str]:
 
 def error_note(text: str) -> HumanMessage:
     """A note in the window that reports an error of the model's own (an unreadable reply): marked, so that
-    once the model gets past it, it leaves the window like a failed call (the mark is never sent)."""
+    once the model makes another attempt, it leaves the window like a failed call (the mark is never sent)."""
     return HumanMessage(text, additional_kwargs={ERROR_NOTE_KEY: True})
 
 
@@ -77,11 +76,6 @@ def failed(entry: Sequence[BaseMessage]) -> bool:
     if not calls:
         return is_error_note(head)
     return all(isinstance(result, ToolMessage) and result.status == "error" for result in results)
-
-
-def succeeded_calls(entry: Sequence[BaseMessage]) -> bool:
-    """Whether the entry is a decision at least one of whose tool calls succeeded."""
-    return any(isinstance(result, ToolMessage) and result.status != "error" for result in entry[1:])
 
 
 def entry_key(entry: Sequence[BaseMessage]) -> str:

@@ -8,10 +8,12 @@ loses its result:
 1. LRU: an entry that repeats a newer one (the same calls with the same results, or the same note) is
    dropped, and the newer one stays; the dropped repeat leaves no digest, since the newer copy says the
    same (the repeat guards tell the model about repeats, and the newer copy leaves its own digest).
-2. Resolved failures: a decision whose every call failed, or an error note (an unreadable reply), followed
-   by a decision with a successful call, leaves the window with no digest: the model got past it, its
-   error text would be sent again with every later prompt, and the repeat guards keep their own record
-   of failed calls (`call_window`). An error note evicted later leaves no digest either.
+2. Failures the model moved past: a decision whose every call failed, or an error note (an unreadable
+   reply), leaves the window with no digest once a newer entry follows it (a success, or another
+   attempt): the model has answered it, its error text would be sent again with every later prompt, the
+   repeat guards keep their own record of failed calls (`call_window`), and a reflection turn lists the
+   errors of a streak itself (`streak_errors`). Only the newest entry, if it failed, stays for the model
+   to react to. An error note evicted later leaves no digest either.
 3. Entries beyond `memory_capacity`, oldest first, leave the window as one-line digests (`pending`), and so
    do more while the next prompt would exceed `context_token_budget`.
 4. Every `compress_every` digests, or at once when over budget, the digests are folded into a summary by
@@ -31,7 +33,7 @@ from reinloop.drivers import Steps, adrive, drive
 from reinloop.memory.long_term import memory_namespace, remember_steps
 from reinloop.memory.summary import summarize_steps
 from reinloop.memory.usage import add_usage, call_usage
-from reinloop.memory.window import digest, entry_key, failed, is_error_note, succeeded_calls, window_entries
+from reinloop.memory.window import digest, entry_key, failed, is_error_note, window_entries
 from reinloop.prompt import assemble, prompt_tokens
 from reinloop.state import NO_USAGE, AgentState
 
@@ -129,10 +131,8 @@ def _latest_of_each(entries: list[list[BaseMessage]]) -> tuple[list[list[BaseMes
 def _without_resolved_failures(
     entries: list[list[BaseMessage]],
 ) -> tuple[list[list[BaseMessage]], list[list[BaseMessage]]]:
-    """Entries without the failures (all-failed decisions, error notes) that a later decision with a success
-    followed, and those."""
-    last_success = max((number for number, entry in enumerate(entries) if succeeded_calls(entry)), default=0)
-    resolved = [entry for entry in entries[:last_success] if failed(entry)]
+    """Entries without the failures (all-failed decisions, error notes) that a newer entry followed, and those."""
+    resolved = [entry for entry in entries[:-1] if failed(entry)]
     resolved_ids = {id(entry) for entry in resolved}
     return [entry for entry in entries if id(entry) not in resolved_ids], resolved
 
