@@ -461,5 +461,3 @@ def test_of_repeated_failures_only_the_newest_is_in_the_window():
     sent = [[m.text for m in call.messages if isinstance(m, ToolMessage)] for call in model.calls]
     assert [len(texts) for texts in sent] == [0, 1, 1, 1, 1, 1]
     assert "unknown key" in sent[1][0] and sent[-1][0].startswith("Error: not run")
-
-
