@@ -85,7 +85,7 @@ class AgentConfig(BaseModel):
         ),
     )
     repeats_after_feedback: int = Field(
-        3,
+        5,
         ge=0,
         description=(
             "Identical calls still refused within the dead-loop horizon after the model was refused for that "
@@ -97,9 +97,7 @@ class AgentConfig(BaseModel):
         ge=0,
         description=(
             "Identical calls still answered from cache within the dead-loop horizon after the first answer "
-            "from cache; one more ends the run as dead_loop. Larger than repeats_after_feedback: a repeat "
-            "answered from cache runs nothing and gives the model what it asked for, where a refused call "
-            "is one the model cannot get anything from."
+            "from cache; one more ends the run as dead_loop."
         ),
     )
     tool_timeout_s: float = Field(

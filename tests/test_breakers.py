@@ -98,7 +98,7 @@ STATE = {
         ("error_streak", "Stopped: 3 errors in a row (the limit is 3). The last one: Error: boom"),
         (
             "dead_loop",
-            "Stopped: a dead loop. The same call kept coming after being refused more than 3 times, or answered "
+            "Stopped: a dead loop. The same call kept coming after being refused more than 5 times, or answered "
             'from cache more than 5 times, within 8 decisions: add({"a": 1})',
         ),
         ("token_budget", "Stopped: the run used 1000 tokens after 4 rounds (the budget is 500)."),

@@ -543,7 +543,7 @@ def test_decide_ends_the_prompt_with_the_reflection_and_clears_it_once_a_reply_p
         ("error_streak", "3 errors in a row (the limit is 3). The last one: Error: boom"),
         (
             "dead_loop",
-            "The same call kept coming after being refused more than 3 times, or answered from cache more than "
+            "The same call kept coming after being refused more than 5 times, or answered from cache more than "
             '5 times, within 8 decisions: add({"a": 1})',
         ),
     ],

@@ -52,7 +52,7 @@ def test_reject_empty(value, empty):
 
 @pytest.mark.parametrize(
     ("value", "text"),
-    [("x", "x"), (None, ""), (3, "3"), ({"é": [1, 2]}, '{"é": [1, 2]}'), (ToolMessage("m", tool_call_id="1"), "m")],
+    [("x", "x"), (None, ""), (3, "3"), ({"é": [1, 2]}, '{"é":[1,2]}'), (ToolMessage("m", tool_call_id="1"), "m")],
     ids=["text", "none", "number", "json", "tool-message"],
 )
 def test_to_observation(value, text):

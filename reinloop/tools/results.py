@@ -60,7 +60,8 @@ def accept_any(value: Any) -> str | None:
 
 
 def result_text(value: Any) -> str:
-    """The text the model sees for a tool's return value: text as is, anything else as JSON, else `str()`.
+    """The text the model sees for a tool's return value: text as is, anything else as compact JSON (no
+    spaces after separators: a tenth fewer tokens for a list of records, and as readable), else `str()`.
 
     Raises `UnshowableResultError` saying why when the value has no text form (`10**5000`, an object whose
     `__str__` raises); no other exception escapes.
@@ -74,7 +75,7 @@ def result_text(value: Any) -> str:
     # json.dumps calls str() through default=, and int() text has a digit limit, so both can raise anything
     # the value's own methods raise; RecursionError on deep nesting is an Exception too.
     try:
-        return json.dumps(value, ensure_ascii=False, default=str)
+        return json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))
     except Exception:
         pass
     try:
