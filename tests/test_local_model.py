@@ -58,7 +58,7 @@ def test_the_server_stops_with_its_block():
 
 
 @pytest.mark.parametrize("name", ["json", "react", "call_tool"])
-def test_each_transcript_shows_worked_examples_its_own_protocol_reads(name):
+def test_each_transcript_shows_worked_examples_its_own_protocol_reads(name, tmp_path):
     from langchain_core.messages import AIMessage
 
     from reinloop.models.local import EXAMPLES, local_protocol
@@ -66,7 +66,7 @@ def test_each_transcript_shows_worked_examples_its_own_protocol_reads(name):
     from reinloop.tools.toolset import default_toolset
 
     protocol = local_protocol(name)
-    registry = ToolRegistry(default_toolset("unused-workspace"))
+    registry = ToolRegistry(default_toolset(tmp_path))
     text = protocol.instructions(registry)
     for example in EXAMPLES:
         assert f"Task: {example.task}" in text
