@@ -362,7 +362,9 @@ def test_a_crashed_worker_process_is_a_tool_error_and_is_replaced():
 @ISOLATIONS
 def test_ctrl_c_in_the_callers_thread_still_interrupts(isolation):
     with pytest.raises(KeyboardInterrupt):
-        run(isolation, Interrupts(), {"pid": os.getpid()}, timeout_s=10)
+        outcome = run(isolation, Interrupts(), {"pid": os.getpid()}, timeout_s=10)
+        # Seen once under heavy load (not reproduced): say how the call ended instead of "DID NOT RAISE".
+        pytest.fail(f"the call ended without a KeyboardInterrupt in the caller's thread: {outcome}")
     assert run("process", CalculatorTool(), {"expression": "1 + 1"})["content"] == "2"
 
 
