@@ -13,7 +13,7 @@ loses its result:
    attempt): the model has answered it, its error text would be sent again with every later prompt, the
    repeat guards keep their own record of failed calls (`call_window`), and a reflection turn lists the
    errors of a streak itself (`streak_errors`). Only the newest entry, if it failed, stays for the model
-   to react to. An error note evicted later leaves no digest either.
+   to react to.
 3. Entries beyond `memory_capacity`, oldest first, leave the window as one-line digests (`pending`), and so
    do more while the next prompt would exceed `context_token_budget`.
 4. Every `compress_every` digests, or at once when over budget, the digests are folded into a summary by
@@ -33,7 +33,7 @@ from reinloop.drivers import Steps, adrive, drive
 from reinloop.memory.long_term import memory_namespace, remember_steps
 from reinloop.memory.summary import summarize_steps
 from reinloop.memory.usage import add_usage, call_usage
-from reinloop.memory.window import digest, entry_key, failed, is_error_note, window_entries
+from reinloop.memory.window import digest, entry_key, failed, window_entries
 from reinloop.prompt import assemble, prompt_tokens
 from reinloop.state import NO_USAGE, AgentState
 
@@ -71,13 +71,12 @@ def _compress_memory(
     entries = window_entries(state.get("messages", []))
     kept, dropped = _latest_of_each(entries)
     kept, resolved = _without_resolved_failures(kept)
+    # In window order. No error note is among them: one that is not the newest entry has left as a failure the
+    # model moved past, and the newest entry always stays.
     evicted = kept[: max(0, len(kept) - settings.memory_capacity)]
     kept = kept[len(evicted) :]
-    # In window order, by identity: a repeat and its newer copy may be equal lists.
-    leaving_ids = {id(entry) for entry in evicted if not is_error_note(entry[0])}
-    leaving = [entry for entry in entries if id(entry) in leaving_ids]
     dropped = [*dropped, *resolved]
-    pending = [*(state.get("pending") or []), *(digest(entry) for entry in leaving)]
+    pending = [*(state.get("pending") or []), *(digest(entry) for entry in evicted)]
     summaries = list(state.get("summaries") or [])
     tokens = _next_prompt_tokens(state, ctx, kept, summaries, pending)
     while tokens > settings.context_token_budget and len(kept) > 1:
@@ -132,9 +131,8 @@ def _without_resolved_failures(
     entries: list[list[BaseMessage]],
 ) -> tuple[list[list[BaseMessage]], list[list[BaseMessage]]]:
     """Entries without the failures (all-failed decisions, error notes) that a newer entry followed, and those."""
-    resolved = [entry for entry in entries[:-1] if failed(entry)]
-    resolved_ids = {id(entry) for entry in resolved}
-    return [entry for entry in entries if id(entry) not in resolved_ids], resolved
+    older, newest = entries[:-1], entries[-1:]
+    return [entry for entry in older if not failed(entry)] + newest, [entry for entry in older if failed(entry)]
 
 
 def _next_prompt_tokens(
