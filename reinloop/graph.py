@@ -17,8 +17,8 @@ what failed at the end of its next prompt.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from functools import partial
-from typing import Any, Final, Literal, TypeAlias, TypeVar, get_args
+from functools import partial, wraps
+from typing import Annotated, Any, Final, Literal, TypeAlias, TypeVar, get_args, get_origin, get_type_hints
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableConfig, ensure_config
@@ -246,7 +246,48 @@ def _bound(node: Callable[..., dict[str, Any]], ctx: AgentContext) -> RunnableCa
     ainvoke/astream: LangGraph picks one by how the graph runs (as `create_agent` registers its model node).
     LangGraph reads what to inject (config, store) from the sync form's signature."""
     anode = _ASYNC_FORMS.get(node) or _on_loop(node)
-    return RunnableCallable(partial(node, ctx=ctx), partial(anode, ctx=ctx), name=node.__name__, trace=False)
+    func: Callable[..., dict[str, Any]] = partial(node, ctx=ctx)
+    afunc: Callable[..., Awaitable[dict[str, Any]]] = partial(anode, ctx=ctx)
+    if node is not execute_tool:  # the one node that is sent a call, not the state
+        func, afunc = _changes_only(func), _achanges_only(afunc)
+    return RunnableCallable(func, afunc, name=node.__name__, trace=False)
+
+
+# The state keys without a reducer: writing the value such a key holds changes nothing, yet LangGraph would
+# save, stream and version the write (on Postgres a new blob of the channel, every round).
+_PLAIN_KEYS: Final = frozenset(
+    key for key, hint in get_type_hints(AgentState, include_extras=True).items() if get_origin(hint) is not Annotated
+)
+
+
+def _changes(state: AgentState, update: Any) -> Any:
+    """A node's `update` without the plain keys it sets to the value they already hold."""
+    if not isinstance(update, dict):
+        return update
+    return {key: value for key, value in update.items() if key not in _PLAIN_KEYS or state.get(key, _UNSET) != value}
+
+
+_UNSET: Final = object()
+
+
+def _changes_only(node: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+    """`node`, writing only what it changes (`_changes`); LangGraph reads its signature through `__wrapped__`."""
+
+    @wraps(node)
+    def run(state: AgentState, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return _changes(state, node(state, *args, **kwargs))  # type: ignore[no-any-return]
+
+    return run
+
+
+def _achanges_only(node: Callable[..., Awaitable[dict[str, Any]]]) -> Callable[..., Awaitable[dict[str, Any]]]:
+    """`_changes_only` for a node's async form."""
+
+    @wraps(node)
+    async def run(state: AgentState, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return _changes(state, await node(state, *args, **kwargs))  # type: ignore[no-any-return]
+
+    return run
 
 
 def _router(route: Callable[[AgentState], Any]) -> RunnableCallable:

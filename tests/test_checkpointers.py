@@ -120,3 +120,33 @@ def test_a_long_thread_reads_back_across_full_copies_of_its_window(tmp_path):
     assert history == seen and len(seen) > 4 * rounds
     assert again.invoke({"task": "and now?"}, thread)["final_answer"] == "done"  # a new task on the thread
     reopened.conn.close()
+
+
+def test_a_node_saves_only_the_keys_it_changes(tmp_path):
+    """A key without a reducer that a node sets to the value it holds is not written: no write row, no new
+    channel version, no key in the streamed update. Keys that change are written, reset counters included."""
+    from reinloop import sqlite_checkpointer
+    from reinloop.graph import _PLAIN_KEYS
+
+    # An error (unknown tool), then successes: consecutive_errors goes 0 -> 1 -> 0 and then stays 0.
+    script = [tool_call("nope"), *(tool_call("add", {"a": n, "b": 1}) for n in range(3)), "3"]
+    saver = sqlite_checkpointer(tmp_path / "runs.sqlite")
+    agent = build_agent(ScriptedChatModel(replies=script), [add], checkpointer=saver)
+    thread = new_thread()
+    before: dict = {}
+    written = []
+    for mode, chunk in agent.stream({"task": "count"}, thread, stream_mode=["updates", "values"]):
+        if mode == "values":
+            before = chunk
+            continue
+        for node, update in chunk.items():
+            for key in (update or {}).keys() & _PLAIN_KEYS:
+                assert key not in before or update[key] != before[key], (node, key, update[key])
+                written.append((node, key, update[key]))
+    assert [value for node, key, value in written if key == "consecutive_errors"] == [1, 0]
+    rows = saver.conn.execute(
+        "SELECT count(*) FROM writes WHERE thread_id = ? AND channel = 'consecutive_errors'",
+        (thread["configurable"]["thread_id"],),
+    ).fetchone()
+    assert rows == (2,)
+    saver.conn.close()
