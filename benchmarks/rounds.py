@@ -11,11 +11,15 @@ Columns:
 - `floor shape`: LangGraph's floor for reinloop's shape: six no-op nodes a round over reinloop's own state
   schema (`RunState`: the same keys and reducers), every key given a small value at the start, so each
   checkpoint carries the channels reinloop's do. `floor min`: six no-op nodes over a three-key state.
+  `floor topology`: floor shape wired as reinloop's diagram (the round's call sent to execute_tool as a
+  `Send` by a conditional edge after validate_args, a conditional edge after check_finish, circuit_break
+  beside): what LangGraph costs for the edges the guards need, with no work in any node.
 - `calls`: the model and tool calls one reinloop round makes, made directly (the scripted model's `invoke`
   on the prompt's messages, the tool's `invoke`): what no framework can save.
 
 Ratios: `r/ca` = reinloop / create_agent; `r/fl` = reinloop / (floor shape + calls), the issue's acceptance
-figure (<= 1.15 at 100 rounds without a saver and at 400 with SQLite; r/ca <= 0.5 at 1,000 with SQLite).
+figure (<= 1.15 at 100 rounds without a saver and at 400 with SQLite; r/ca <= 0.5 at 1,000 with SQLite);
+`ft/fl` = (floor topology + calls) / (floor shape + calls): how much of the 1.15 the edges alone take.
 
 With SQLite, also per round of the reinloop thread: `ckpt B` the bytes of the latest checkpoint (checkpoint
 and metadata blobs as stored; it is the same whatever the round, if the state is bounded), `ckpt@1/2` the
@@ -44,6 +48,7 @@ from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.graph import END, START, StateGraph
+from langgraph.types import Send
 
 from reinloop import AgentConfig, build_agent, sqlite_checkpointer
 from reinloop.state import FRESH_BUDGETS, CallUsage, RunState
@@ -137,6 +142,25 @@ def run_floor_shape(rounds: int, saver: Any, durability: str | None) -> None:
                                              "recursion_limit": 10**6}, **_config(durability))  # fmt: skip
 
 
+def run_floor_topology(rounds: int, saver: Any, durability: str | None) -> None:
+    graph = StateGraph(RunState)
+    for name in ("decide", "validate_args", "execute_tool", "observe", "compress_memory", "circuit_break"):
+        graph.add_node(name, lambda state: {})
+    graph.add_node("check_finish", lambda state: {"iteration": state["iteration"] + 1})
+    graph.add_edge(START, "decide")
+    graph.add_edge("decide", "validate_args")
+    graph.add_conditional_edges("validate_args", lambda state: [Send("execute_tool", {"call_id": "call"})],
+                                ["execute_tool", "observe", "decide", "check_finish"])  # fmt: skip
+    graph.add_edge("execute_tool", "observe")
+    graph.add_edge("observe", "compress_memory")
+    graph.add_edge("compress_memory", "check_finish")
+    graph.add_conditional_edges("check_finish", lambda s: END if s["iteration"] >= s["iterations_left"] else "decide",
+                                ["decide", "circuit_break", END])  # fmt: skip
+    graph.add_edge("circuit_break", END)
+    graph.compile(checkpointer=saver).invoke(shape_input(rounds), {"configurable": {"thread_id": THREAD},
+                                             "recursion_limit": 10**6}, **_config(durability))  # fmt: skip
+
+
 def run_calls(rounds: int, saver: Any, durability: str | None) -> None:
     """The model and tool calls of `rounds` reinloop rounds, made directly: one decision and one tool run each."""
     model = ScriptedChatModel(replies=script(rounds)).bind_tools([add])
@@ -153,6 +177,7 @@ RUNS: dict[str, Callable[[int, Any, str | None], None]] = {
     "create_agent": run_create_agent,
     "floor-shape": run_floor_shape,
     "floor-min": run_floor_min,
+    "floor-topology": run_floor_topology,
     "calls": run_calls,
 }
 
@@ -216,8 +241,8 @@ def main() -> None:
             timed(name, 3, "none", folder)
         header = " ".join(f"{name:>12}" for name in args.only)
         print("ms per round, median of", args.repeats, "interleaved repeats")
-        print(f"{'rounds':>6} {'storage':>7} {header} {'r/ca':>5} {'r/fl':>5} {'ckpt B':>7} {'ckpt@1/2':>8} "
-              f"{'db B/rd':>8}")  # fmt: skip
+        print(f"{'rounds':>6} {'storage':>7} {header} {'r/ca':>5} {'r/fl':>5} {'ft/fl':>5} {'ckpt B':>7} "
+              f"{'ckpt@1/2':>8} {'db B/rd':>8}")  # fmt: skip
         for rounds in args.rounds:
             for storage in args.storage:
                 result = measure(args.only, rounds, storage, args.repeats, folder)
@@ -226,10 +251,13 @@ def main() -> None:
                 ratio_ca = ms["reinloop"] / ms["create_agent"] if {"reinloop", "create_agent"} <= ms.keys() else 0
                 floor = ms.get("floor-shape", 0) + ms.get("calls", 0)
                 ratio_fl = ms["reinloop"] / floor if "reinloop" in ms and floor else 0
+                topology = ms.get("floor-topology", 0) + ms.get("calls", 0)
+                ratio_ft = topology / floor if "floor-topology" in ms and floor else 0
                 own = result["sizes"].get("reinloop", {})
                 cells = " ".join(f"{value:>12.3f}" for value in ms.values())
-                print(f"{rounds:>6} {storage:>7} {cells} {ratio_ca:>5.2f} {ratio_fl:>5.2f} {own.get('ckpt', 0):>7.0f} "
-                      f"{own.get('ckpt_mid', 0):>8.0f} {own.get('db_per_round', 0):>8.0f}", flush=True)  # fmt: skip
+                print(f"{rounds:>6} {storage:>7} {cells} {ratio_ca:>5.2f} {ratio_fl:>5.2f} {ratio_ft:>5.2f} "
+                      f"{own.get('ckpt', 0):>7.0f} {own.get('ckpt_mid', 0):>8.0f} {own.get('db_per_round', 0):>8.0f}",
+                      flush=True)  # fmt: skip
                 if args.spread:
                     spreads = " ".join(f"{min(v):>5.2f}-{max(v):<6.2f}" for v in result["times"].values())
                     print(f"{'':>14} {spreads}", flush=True)
