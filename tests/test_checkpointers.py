@@ -122,20 +122,14 @@ def test_a_long_thread_reads_back_across_full_copies_of_its_window(tmp_path):
     reopened.conn.close()
 
 
-def test_a_node_saves_only_the_keys_it_changes(tmp_path):
-    """A key without a reducer that a node sets to the value it holds is not written: no write row, no new
-    channel version, no key in the streamed update. Keys that change are written, reset counters included."""
-    from reinloop import sqlite_checkpointer
+def _changed_keys_run(chunks):
+    """The plain keys each node wrote in `chunks` (the run's ("updates" | "values", chunk) pairs), checked
+    against the state before the node ran, and the write rows of consecutive_errors in the database."""
     from reinloop.graph import _PLAIN_KEYS
 
-    # An error (unknown tool), then successes: consecutive_errors goes 0 -> 1 -> 0 and then stays 0.
-    script = [tool_call("nope"), *(tool_call("add", {"a": n, "b": 1}) for n in range(3)), "3"]
-    saver = sqlite_checkpointer(tmp_path / "runs.sqlite")
-    agent = build_agent(ScriptedChatModel(replies=script), [add], checkpointer=saver)
-    thread = new_thread()
     before: dict = {}
     written = []
-    for mode, chunk in agent.stream({"task": "count"}, thread, stream_mode=["updates", "values"]):
+    for mode, chunk in chunks:
         if mode == "values":
             before = chunk
             continue
@@ -143,10 +137,46 @@ def test_a_node_saves_only_the_keys_it_changes(tmp_path):
             for key in (update or {}).keys() & _PLAIN_KEYS:
                 assert key not in before or update[key] != before[key], (node, key, update[key])
                 written.append((node, key, update[key]))
-    assert [value for node, key, value in written if key == "consecutive_errors"] == [1, 0]
-    rows = saver.conn.execute(
+    return [value for node, key, value in written if key == "consecutive_errors"]
+
+
+# An error (unknown tool), then successes: consecutive_errors goes 0 -> 1 -> 0 and then stays 0.
+CHANGING_SCRIPT = [tool_call("nope"), *(tool_call("add", {"a": n, "b": 1}) for n in range(3)), "3"]
+
+
+def _error_rows(saver, thread) -> int:
+    (rows,) = saver.conn.execute(
         "SELECT count(*) FROM writes WHERE thread_id = ? AND channel = 'consecutive_errors'",
         (thread["configurable"]["thread_id"],),
     ).fetchone()
-    assert rows == (2,)
+    return rows
+
+
+def test_a_node_saves_only_the_keys_it_changes(tmp_path):
+    """A key without a reducer that a node sets to the value it holds is not written: no write row, no new
+    channel version, no key in the streamed update. Keys that change are written, reset counters included."""
+    from reinloop import sqlite_checkpointer
+
+    saver = sqlite_checkpointer(tmp_path / "runs.sqlite")
+    agent = build_agent(ScriptedChatModel(replies=CHANGING_SCRIPT), [add], checkpointer=saver)
+    thread = new_thread()
+    chunks = agent.stream({"task": "count"}, thread, stream_mode=["updates", "values"])
+    assert _changed_keys_run(chunks) == [1, 0]
+    assert _error_rows(saver, thread) == 2
     saver.conn.close()
+
+
+async def test_an_async_node_saves_only_the_keys_it_changes(tmp_path):
+    """The same under astream, where decide, compress_memory and execute_tool run their async forms."""
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "runs.sqlite")) as saver:
+        agent = build_agent(ScriptedChatModel(replies=CHANGING_SCRIPT), [add], checkpointer=saver)
+        thread = new_thread()
+        chunks = [chunk async for chunk in agent.astream({"task": "count"}, thread, stream_mode=["updates", "values"])]
+        assert _changed_keys_run(chunks) == [1, 0]
+        async with saver.conn.execute(
+            "SELECT count(*) FROM writes WHERE thread_id = ? AND channel = 'consecutive_errors'",
+            (thread["configurable"]["thread_id"],),
+        ) as cursor:
+            assert await cursor.fetchone() == (2,)
