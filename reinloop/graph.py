@@ -258,6 +258,7 @@ def _bound(node: Callable[..., dict[str, Any]], ctx: AgentContext) -> RunnableCa
 _PLAIN_KEYS: Final = frozenset(
     key for key, hint in get_type_hints(AgentState, include_extras=True).items() if get_origin(hint) is not Annotated
 )
+_UNSET: Final = object()
 
 
 def _changes(state: AgentState, update: Any) -> Any:
@@ -265,9 +266,6 @@ def _changes(state: AgentState, update: Any) -> Any:
     if not isinstance(update, dict):
         return update
     return {key: value for key, value in update.items() if key not in _PLAIN_KEYS or state.get(key, _UNSET) != value}
-
-
-_UNSET: Final = object()
 
 
 def _changes_only(node: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
