@@ -123,8 +123,8 @@ def test_a_long_thread_reads_back_across_full_copies_of_its_window(tmp_path):
 
 
 def _changed_keys_run(chunks):
-    """The plain keys each node wrote in `chunks` (the run's ("updates" | "values", chunk) pairs), checked
-    against the state before the node ran, and the write rows of consecutive_errors in the database."""
+    """The values of consecutive_errors the nodes wrote in `chunks` (the run's ("updates" | "values", chunk)
+    pairs), once every plain key a node wrote is checked to differ from the state before the node ran."""
     from reinloop.graph import _PLAIN_KEYS
 
     before: dict = {}
@@ -144,12 +144,8 @@ def _changed_keys_run(chunks):
 CHANGING_SCRIPT = [tool_call("nope"), *(tool_call("add", {"a": n, "b": 1}) for n in range(3)), "3"]
 
 
-def _error_rows(saver, thread) -> int:
-    (rows,) = saver.conn.execute(
-        "SELECT count(*) FROM writes WHERE thread_id = ? AND channel = 'consecutive_errors'",
-        (thread["configurable"]["thread_id"],),
-    ).fetchone()
-    return rows
+# The thread's saved writes of consecutive_errors, in LangGraph's SQLite schema (sync and async savers alike).
+ERROR_ROWS = "SELECT count(*) FROM writes WHERE thread_id = ? AND channel = 'consecutive_errors'"
 
 
 def test_a_node_saves_only_the_keys_it_changes(tmp_path):
@@ -162,7 +158,7 @@ def test_a_node_saves_only_the_keys_it_changes(tmp_path):
     thread = new_thread()
     chunks = agent.stream({"task": "count"}, thread, stream_mode=["updates", "values"])
     assert _changed_keys_run(chunks) == [1, 0]
-    assert _error_rows(saver, thread) == 2
+    assert saver.conn.execute(ERROR_ROWS, (thread["configurable"]["thread_id"],)).fetchone() == (2,)
     saver.conn.close()
 
 
@@ -175,8 +171,5 @@ async def test_an_async_node_saves_only_the_keys_it_changes(tmp_path):
         thread = new_thread()
         chunks = [chunk async for chunk in agent.astream({"task": "count"}, thread, stream_mode=["updates", "values"])]
         assert _changed_keys_run(chunks) == [1, 0]
-        async with saver.conn.execute(
-            "SELECT count(*) FROM writes WHERE thread_id = ? AND channel = 'consecutive_errors'",
-            (thread["configurable"]["thread_id"],),
-        ) as cursor:
+        async with saver.conn.execute(ERROR_ROWS, (thread["configurable"]["thread_id"],)) as cursor:
             assert await cursor.fetchone() == (2,)
