@@ -107,10 +107,15 @@ def _six_no_ops(schema: type[Any], bump: Callable[[dict[str, Any]], dict[str, An
     return graph
 
 
+def _run_floor(graph: Any, values: dict[str, Any], saver: Any, durability: str | None) -> None:
+    """One run of a floor graph from `values`, without LangGraph's step limit."""
+    graph.compile(checkpointer=saver).invoke(values, {"configurable": {"thread_id": THREAD}, "recursion_limit": 10**6},
+                                             **_config(durability))  # fmt: skip
+
+
 def run_floor_min(rounds: int, saver: Any, durability: str | None) -> None:
     graph = _six_no_ops(_Counter, lambda state: {"i": state.get("i", 0) + 1}, lambda s: s["i"] >= s["n_max"])
-    graph.compile(checkpointer=saver).invoke({"i": 0, "n_max": rounds}, {"configurable": {"thread_id": THREAD},
-                                             "recursion_limit": 10**6}, **_config(durability))  # fmt: skip
+    _run_floor(graph, {"i": 0, "n_max": rounds}, saver, durability)
 
 
 def shape_input(rounds: int) -> dict[str, Any]:
@@ -138,8 +143,7 @@ def shape_input(rounds: int) -> dict[str, Any]:
 def run_floor_shape(rounds: int, saver: Any, durability: str | None) -> None:
     graph = _six_no_ops(RunState, lambda state: {"iteration": state["iteration"] + 1},
                         lambda s: s["iteration"] >= s["iterations_left"])  # fmt: skip
-    graph.compile(checkpointer=saver).invoke(shape_input(rounds), {"configurable": {"thread_id": THREAD},
-                                             "recursion_limit": 10**6}, **_config(durability))  # fmt: skip
+    _run_floor(graph, shape_input(rounds), saver, durability)
 
 
 def run_floor_topology(rounds: int, saver: Any, durability: str | None) -> None:
@@ -157,8 +161,7 @@ def run_floor_topology(rounds: int, saver: Any, durability: str | None) -> None:
     graph.add_conditional_edges("check_finish", lambda s: END if s["iteration"] >= s["iterations_left"] else "decide",
                                 ["decide", "circuit_break", END])  # fmt: skip
     graph.add_edge("circuit_break", END)
-    graph.compile(checkpointer=saver).invoke(shape_input(rounds), {"configurable": {"thread_id": THREAD},
-                                             "recursion_limit": 10**6}, **_config(durability))  # fmt: skip
+    _run_floor(graph, shape_input(rounds), saver, durability)
 
 
 def run_calls(rounds: int, saver: Any, durability: str | None) -> None:
