@@ -241,3 +241,26 @@ def test_the_fault_wrappers_keep_each_tools_policy_but_run_in_this_process(tmp_p
         ), entry.name
         assert entry.isolation == "thread"  # the wrapper's draws and counts cannot cross to a worker process
     assert not wrapped.get("file_read").cacheable and not wrapped.get("current_time").cacheable
+
+
+def test_no_garbage_collection_runs_during_a_run_and_its_garbage_is_collected_after(monkeypatch, tmp_path):
+    # The evaluation's tool time limit (a quarter of the simulated hang) is as short as a full collection's
+    # pause in a process that has run many agents: a collection during a run could time a call out.
+    import gc
+
+    from reinloop.eval import run
+
+    seen = []
+
+    def runner(model, tools, task, config):
+        seen.append(gc.isenabled())
+        return run.Outcome(task.answer, "answered")
+
+    collections = []
+    monkeypatch.setattr(run, "_runners", lambda profile, real=None: {"reinloop": runner})
+    monkeypatch.setattr(gc, "collect", lambda generation=2: collections.append(generation) or 0)
+    assert gc.isenabled()
+    for _ in range(run.FULL_COLLECTION_EVERY):
+        run.run_task("reinloop", SUITE[0], NO_FAULTS, 0, tmp_path)
+    assert seen == [False] * run.FULL_COLLECTION_EVERY and gc.isenabled()
+    assert collections.count(2) == 1 and collections.count(1) == run.FULL_COLLECTION_EVERY - 1

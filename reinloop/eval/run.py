@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import json
 import os
 import statistics
 import tempfile
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -238,13 +240,14 @@ def run_task(agent: str, task: EvalTask, profile: FaultProfile, seed: int, folde
     else:
         model = real.model
         tools = faulty_tools(default_toolset(workspace, model=model), FaultProfile(tool_fault_rate=0.0), 0, stats)
-    start = time.perf_counter()
     crashed = False
-    try:
-        outcome = _runners(profile, real)[agent](model, tools, task, {"callbacks": [counter]})
-    except Exception as exc:  # a crash is a measured outcome here, whatever its kind
-        crashed, outcome = True, Outcome(None, type(exc).__name__)
-    wall = time.perf_counter() - start
+    with _collected_between_runs():
+        start = time.perf_counter()
+        try:
+            outcome = _runners(profile, real)[agent](model, tools, task, {"callbacks": [counter]})
+        except Exception as exc:  # a crash is a measured outcome here, whatever its kind
+            crashed, outcome = True, Outcome(None, type(exc).__name__)
+        wall = time.perf_counter() - start
     decisions = model.decisions if real is None else counter.calls
     rounds = decisions if outcome.rounds is None else outcome.rounds
     return RunRecord(
@@ -262,6 +265,36 @@ def run_task(agent: str, task: EvalTask, profile: FaultProfile, seed: int, folde
         finish=outcome.finish,
         wall_s=round(wall, 4),
     )
+
+
+@contextlib.contextmanager
+def _collected_between_runs() -> Iterator[None]:
+    """No garbage collection during a run; the run's garbage is collected after it.
+
+    A tool's time limit in the evaluation is a quarter of the simulated hang (0.125 s), and a full
+    collection in a process that has run many agents pauses every thread for about as long: a call it
+    caught timed out, and was retried, where no fault was drawn. Outcomes are decided by the seeded draws
+    only, so collection waits for the run to end: its young objects then, the whole heap every
+    `FULL_COLLECTION_EVERY` runs.
+    """
+    global _runs_since_full_collection
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        _runs_since_full_collection += 1
+        if _runs_since_full_collection >= FULL_COLLECTION_EVERY:
+            _runs_since_full_collection = 0
+            gc.collect()
+        else:
+            gc.collect(1)
+        if enabled:
+            gc.enable()
+
+
+FULL_COLLECTION_EVERY = 50
+_runs_since_full_collection = 0
 
 
 def evaluate_suite(
