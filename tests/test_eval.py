@@ -264,3 +264,44 @@ def test_no_garbage_collection_runs_during_a_run_and_its_garbage_is_collected_af
         run.run_task("reinloop", SUITE[0], NO_FAULTS, 0, tmp_path)
     assert seen == [False] * run.FULL_COLLECTION_EVERY and gc.isenabled()
     assert collections.count(2) == 1 and collections.count(1) == run.FULL_COLLECTION_EVERY - 1
+
+
+def test_prompt_tokens_count_the_tool_schemas_every_native_decision_sends(tmp_path):
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+
+    from reinloop.eval.run import protocol_of
+    from reinloop.memory.tokens import TokenCounter
+    from reinloop.testing import ScriptedChatModel
+    from reinloop.tools.toolset import default_toolset
+
+    tools = default_toolset(tmp_path, model=ScriptedChatModel(replies=[]))  # the translate tool included
+    schemas = TokenCounter().tools([convert_to_openai_tool(tool) for tool in tools])
+    agents = (*AGENTS, "preset seed-000", "preset seed-003")
+    records = evaluate_suite(profile=FaultProfile(fault_rate=0.3), seed=3, tasks=6, agents=agents)
+    for record in records:
+        if protocol_of(record.agent) == "tool_calling":  # the naive loop binds the tools too, as it must
+            assert record.tool_schema_tokens == record.decisions * schemas > 0
+        else:  # a text protocol lists the tools in its system prompt, counted with the messages
+            assert record.tool_schema_tokens == 0
+        assert record.prompt_tokens > record.tool_schema_tokens
+
+
+def test_a_real_models_prompt_tokens_count_the_tools_bound_to_it():
+    from langchain_core.tools import tool
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+
+    from reinloop.eval.run import _CallCounter
+    from reinloop.memory.tokens import TokenCounter
+    from reinloop.testing import ScriptedChatModel
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    counter, messages = _CallCounter(), [HumanMessage("Add 2 and 3.")]
+    ScriptedChatModel(replies=["5", "5"]).bind_tools([add]).invoke(messages, {"callbacks": [counter]})
+    ScriptedChatModel(replies=["5"]).invoke(messages, {"callbacks": [counter]})
+    tokens = TokenCounter()
+    assert counter.calls == 2 and counter.tool_schema_tokens == tokens.tools([convert_to_openai_tool(add)]) > 0
+    assert counter.prompt_tokens == 2 * tokens.messages(messages) + counter.tool_schema_tokens

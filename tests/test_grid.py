@@ -56,6 +56,11 @@ def test_each_point_aggregates_its_seeds(runaway_grid):
         assert point["prompt_tokens_vs_middleware"] == pytest.approx(
             tokens["reinloop"] / tokens["create_agent + middleware"]
         )
+        messages = {agent: tokens[agent] - point["agents"][agent]["tool_schema_tokens"] for agent in tokens}
+        assert all(0 < messages[agent] < tokens[agent] for agent in tokens)
+        assert point["message_tokens_vs_middleware"] == pytest.approx(
+            messages["reinloop"] / messages["create_agent + middleware"]
+        )
 
 
 def test_the_grid_writes_its_table_as_markdown_and_json_and_the_heatmap(runaway_grid):
@@ -72,7 +77,8 @@ def test_the_grid_writes_its_table_as_markdown_and_json_and_the_heatmap(runaway_
     first = data["points"][0]
     reinloop = first["agents"]["reinloop"]
     shown = f"{reinloop['success_rate']:.0%} ({reinloop['success_min'] * 100:.0f}-{reinloop['success_max'] * 100:.0f})"
-    assert shown in rows[0] and f"{first['prompt_tokens_vs_middleware']:.2f}x" in rows[0]
+    ratios = f"{first['prompt_tokens_vs_middleware']:.2f}x ({first['message_tokens_vs_middleware']:.2f}x)"
+    assert shown in rows[0] and ratios in rows[0]
     assert all(f"| 0.5 / 0.3 | {agent} |" in text for agent in AGENTS)  # the cost table, per point and agent
     assert (out / "grid.png").read_bytes()[:4] == b"\x89PNG"
 

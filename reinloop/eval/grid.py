@@ -23,7 +23,9 @@ GRID_FILES = ("grid.md", "grid.json", "grid.png")
 REFERENCE = "create_agent + middleware"  # whose prompt tokens reinloop's are compared with
 PEERS = tuple(agent for agent in AGENTS if agent != "reinloop")
 # Summed over a point's seeds; the rest of an agent's summary is averaged over them.
-COUNTS = ("runs", "model_calls", "prompt_tokens", "wasted_tool_calls", "over_budget_runs", "crashes")
+COUNTS = (
+    "runs", "model_calls", "prompt_tokens", "tool_schema_tokens", "wasted_tool_calls", "over_budget_runs", "crashes"
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -131,9 +133,15 @@ def _point(
         "agents": agents,
         "best_peer": best,
         "reinloop_minus_best_peer": agents["reinloop"]["success_rate"] - agents[best]["success_rate"],
-        "prompt_tokens_vs_middleware": agents["reinloop"]["prompt_tokens"] / max(1, agents[REFERENCE]["prompt_tokens"]),
+        "prompt_tokens_vs_middleware": _ratio(agents, lambda row: row["prompt_tokens"]),
+        "message_tokens_vs_middleware": _ratio(agents, lambda row: row["prompt_tokens"] - row["tool_schema_tokens"]),
         "seeds": {str(seed): per_seed[seed] for seed in spec.seeds},
     }
+
+
+def _ratio(agents: dict[str, dict[str, float]], tokens: Callable[[dict[str, float]], float]) -> float:
+    """reinloop's tokens relative to the middleware agent's, as `tokens` counts them."""
+    return tokens(agents["reinloop"]) / max(1, tokens(agents[REFERENCE]))
 
 
 def _over_seeds(summaries: Sequence[dict[str, float]]) -> dict[str, float]:
@@ -162,10 +170,11 @@ def _write(spec: GridSpec, points: list[dict[str, Any]], out: Path) -> Grid:
 
 def markdown_grid(points: Sequence[dict[str, Any]]) -> str:
     """One row per point: each agent's success over the seeds, mean (min-max), reinloop against the best
-    peer, and reinloop's prompt tokens relative to the middleware agent's."""
+    peer, and reinloop's prompt tokens relative to the middleware agent's, then its messages' alone."""
     header = " | ".join(AGENTS)
     lines = [
-        f"| fault / correct | {header} | reinloop - best peer | reinloop prompt tokens vs middleware |",
+        f"| fault / correct | {header} | reinloop - best peer "
+        "| reinloop prompt tokens vs middleware (messages alone) |",
         "| --- |" + " ---: |" * (len(AGENTS) + 2),
     ]
     for point in points:
@@ -173,7 +182,7 @@ def markdown_grid(points: Sequence[dict[str, Any]]) -> str:
         lines.append(
             f"| {point['fault_rate']:g} / {point['correct_rate']:g} | {' | '.join(cells)} | "
             f"{point['reinloop_minus_best_peer'] * 100:+.0f} pp ({point['best_peer']}) | "
-            f"{point['prompt_tokens_vs_middleware']:.2f}x |"
+            f"{point['prompt_tokens_vs_middleware']:.2f}x ({point['message_tokens_vs_middleware']:.2f}x) |"
         )
     return "\n".join(lines)
 
@@ -185,15 +194,16 @@ def _success(row: dict[str, float]) -> str:
 def _budget_table(points: Sequence[dict[str, Any]]) -> str:
     """One row per point and agent: the cost side, summed over the seeds."""
     lines = [
-        "| fault / correct | agent | runs | mean iterations | prompt tokens | wasted tool calls | runs over budget "
-        "| crashes |",
-        "| --- | --- |" + " ---: |" * 6,
+        "| fault / correct | agent | runs | mean iterations | prompt tokens | of which tool schemas "
+        "| wasted tool calls | runs over budget | crashes |",
+        "| --- | --- |" + " ---: |" * 7,
     ]
     for point in points:
         for agent, row in point["agents"].items():
             lines.append(
                 f"| {point['fault_rate']:g} / {point['correct_rate']:g} | {agent} | {row['runs']:.0f} | "
-                f"{row['mean_iterations']:.1f} | {row['prompt_tokens']:,.0f} | {row['wasted_tool_calls']:.0f} | "
+                f"{row['mean_iterations']:.1f} | {row['prompt_tokens']:,.0f} | {row['tool_schema_tokens']:,.0f} | "
+                f"{row['wasted_tool_calls']:.0f} | "
                 f"{row['over_budget_runs']:.0f} | {row['crashes']:.0f} |"
             )
     return "\n".join(lines)

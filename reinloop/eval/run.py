@@ -61,9 +61,12 @@ iterations, in which an unreadable reply is asked for again (so its decisions ca
 the others every decision. Wasted tool calls: tool executions that did not serve the task, all
 executions but the successful ones counted up to the number of steps in the task's reference plan (so a
 failed call, a retry, a repeat, any call beyond the plan counts; a call refused before it runs does not).
-Prompt tokens: what the agent sent the model at its decisions, counted with tiktoken: the messages, so for
-a preset whose protocol writes text (json, react, call_tool) the tool list in its system prompt, where native
-tool calls send the tools' schemas beside the messages, not counted here."""
+Prompt tokens: what the agent sent the model at its decisions, counted with tiktoken as a provider bills
+them: the messages, and the schemas of the tools bound for native tool calls (each counted as its JSON, as
+reinloop's token budget counts them), which every such call sends again; for a preset whose protocol writes
+text (json, react, call_tool) the tool list is in its system prompt instead. Tool schema tokens: the schemas'
+part of the prompt tokens, the same for every call of an agent that binds the same tools, so that the
+difference between agents in it is their number of decisions."""
 
 # How ModelCallLimitMiddleware's closing message starts when it ends a run (exit_behavior "end").
 CALL_LIMIT_TEXT = "Model call limits exceeded"
@@ -80,7 +83,8 @@ class RunRecord:
     decisions: int  # model calls to decide (not the translate tool's or a summarizer's)
     rounds: int  # decisions acted on: reinloop's iterations; for the others, the same as decisions
     model_calls: int
-    prompt_tokens: int
+    prompt_tokens: int  # messages and tool schemas
+    tool_schema_tokens: int  # the tool schemas' part of prompt_tokens
     tool_calls: int
     wasted_tool_calls: int
     exceeded_budget: bool
@@ -108,9 +112,10 @@ Runner = Callable[[BaseChatModel, Sequence[BaseTool], EvalTask, RunnableConfig],
 def _naive(model: BaseChatModel, tools: Sequence[BaseTool], task: EvalTask, config: RunnableConfig) -> Outcome:
     """The seeds' starting point: call the model, run what it asks, no validation, no feedback, no breaker."""
     by_name = {tool.name: tool for tool in tools}
+    bound = model.bind_tools(tools)  # as any loop must, for the model to know the tools
     messages: list[BaseMessage] = [HumanMessage(task.prompt)]
     for _ in range(HARD_CAP):
-        reply = model.invoke(messages, config)
+        reply = bound.invoke(messages, config)
         messages.append(reply)
         if reply.invalid_tool_calls:
             json.loads(reply.invalid_tool_calls[0]["args"] or "")  # parses the arguments itself: crashes on bad JSON
@@ -212,12 +217,15 @@ class _CallCounter(BaseCallbackHandler):
 
     def __init__(self) -> None:
         self.calls = 0
-        self.prompt_tokens = 0
+        self.prompt_tokens = 0  # messages and tool schemas
+        self.tool_schema_tokens = 0
         self._counter = TokenCounter()
 
     def on_chat_model_start(self, serialized: Any, messages: list[list[BaseMessage]], **kwargs: Any) -> None:
         self.calls += 1
-        self.prompt_tokens += self._counter.messages(messages[0])
+        schemas = self._counter.tools((kwargs.get("invocation_params") or {}).get("tools") or ())
+        self.tool_schema_tokens += schemas
+        self.prompt_tokens += self._counter.messages(messages[0]) + schemas
 
 
 # running --------------------------------------------------------------------------------------------------
@@ -258,6 +266,7 @@ def run_task(agent: str, task: EvalTask, profile: FaultProfile, seed: int, folde
         rounds=rounds,
         model_calls=counter.calls,
         prompt_tokens=model.prompt_tokens if real is None else counter.prompt_tokens,
+        tool_schema_tokens=model.tool_schema_tokens if real is None else counter.tool_schema_tokens,
         tool_calls=stats.executed,
         wasted_tool_calls=stats.wasted(len(task.plan)),
         exceeded_budget=rounds > BUDGET or outcome.finish in HARD_STOPS,
@@ -336,6 +345,7 @@ def summarize_runs(records: Sequence[RunRecord]) -> dict[str, dict[str, float]]:
             "mean_iterations": statistics.mean(r.decisions for r in runs),
             "model_calls": sum(r.model_calls for r in runs),
             "prompt_tokens": sum(r.prompt_tokens for r in runs),
+            "tool_schema_tokens": sum(r.tool_schema_tokens for r in runs),
             "wasted_tool_calls": sum(r.wasted_tool_calls for r in runs),
             "over_budget_runs": sum(r.exceeded_budget for r in runs),
             "crashes": sum(r.crashed for r in runs),
@@ -346,15 +356,15 @@ def summarize_runs(records: Sequence[RunRecord]) -> dict[str, dict[str, float]]:
 
 def markdown_table(summary: dict[str, dict[str, float]]) -> str:
     lines = [
-        "| agent | success | mean iterations | model calls | prompt tokens | wasted tool calls | runs over budget "
-        "| crashes | wall time (s) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| agent | success | mean iterations | model calls | prompt tokens | of which tool schemas "
+        "| wasted tool calls | runs over budget | crashes | wall time (s) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for agent, row in summary.items():
         lines.append(
             f"| {agent} | {row['success_rate']:.0%} | {row['mean_iterations']:.1f} | {row['model_calls']} | "
-            f"{row['prompt_tokens']:,} | {row['wasted_tool_calls']} | {row['over_budget_runs']} | {row['crashes']} | "
-            f"{row['wall_s']:.1f} |"
+            f"{row['prompt_tokens']:,} | {row['tool_schema_tokens']:,} | {row['wasted_tool_calls']} | "
+            f"{row['over_budget_runs']} | {row['crashes']} | {row['wall_s']:.1f} |"
         )
     return "\n".join(lines)
 

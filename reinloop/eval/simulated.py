@@ -16,6 +16,7 @@ from langchain_core.messages.tool import ToolCall
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import PrivateAttr
 
 from reinloop.config import ProtocolName
@@ -96,7 +97,8 @@ class SimulatedModel(BaseChatModel):
     _runaway_calls: int | None = PrivateAttr(default=None)  # calls made since it ran away; None: it did not
     _stubborn_call: ToolCall | None = PrivateAttr(default=None)  # the call it keeps repeating
     decisions: int = 0
-    prompt_tokens: int = 0
+    prompt_tokens: int = 0  # what its decisions were sent: the messages and the tools' schemas bound beside them
+    tool_schema_tokens: int = 0  # the tool schemas' part of prompt_tokens
 
     def model_post_init(self, context: Any) -> None:
         self._rng = random.Random(self.seed)
@@ -110,7 +112,11 @@ class SimulatedModel(BaseChatModel):
     def bind_tools(
         self, tools: Sequence[Any], *, tool_choice: str | None = None, **kwargs: Any
     ) -> Runnable[Any, AIMessage]:
-        return self  # it writes its calls from the task's plan, not from tool schemas
+        # It writes its calls from the task's plan, not from the schemas; they are bound as a provider's model
+        # binds them, so that each call is sent them and counts their tokens as a provider bills them.
+        if tool_choice is not None:
+            kwargs["tool_choice"] = tool_choice
+        return self.bind(tools=[convert_to_openai_tool(tool) for tool in tools], **kwargs)
 
     def _generate(
         self,
@@ -129,7 +135,9 @@ class SimulatedModel(BaseChatModel):
             reply = AIMessage(TRANSLATIONS.get(key, messages[-1].text))
         else:
             self.decisions += 1
-            self.prompt_tokens += self._counter.messages(messages)
+            schemas = self._counter.tools(kwargs.get("tools") or ())
+            self.tool_schema_tokens += schemas
+            self.prompt_tokens += self._counter.messages(messages) + schemas
             if self.protocol == "tool_calling":
                 reply = self._decide(messages)
             else:
