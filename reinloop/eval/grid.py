@@ -170,7 +170,7 @@ def _write(spec: GridSpec, points: list[dict[str, Any]], out: Path) -> Grid:
 
 def markdown_grid(points: Sequence[dict[str, Any]]) -> str:
     """One row per point: each agent's success over the seeds, mean (min-max), reinloop against the best
-    peer, and reinloop's prompt tokens relative to the middleware agent's, then its messages' alone."""
+    peer, and reinloop's prompt tokens relative to the middleware agent's, then on the messages alone."""
     header = " | ".join(AGENTS)
     lines = [
         f"| fault / correct | {header} | reinloop - best peer "
