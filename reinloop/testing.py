@@ -30,6 +30,7 @@ __all__ = [
     "RecordedCall",
     "ScriptExhaustedError",
     "ScriptedChatModel",
+    "bind_as_provider",
     "json_action",
     "parallel_calls",
     "tool_call",
@@ -122,10 +123,17 @@ class ScriptedChatModel(BaseChatModel):
     def bind_tools(
         self, tools: Sequence[Any], *, tool_choice: str | None = None, **kwargs: Any
     ) -> Runnable[Any, AIMessage]:
-        formatted = [convert_to_openai_tool(tool) for tool in tools]
-        if tool_choice is not None:
-            kwargs["tool_choice"] = tool_choice
-        return self.bind(tools=formatted, **kwargs)
+        return bind_as_provider(self, tools, tool_choice=tool_choice, **kwargs)
+
+
+def bind_as_provider(
+    model: BaseChatModel, tools: Sequence[Any], *, tool_choice: str | None = None, **kwargs: Any
+) -> Runnable[Any, AIMessage]:
+    """`model` with `tools` bound as an OpenAI-style provider's chat model binds them: each call is given
+    their schemas (and `tool_choice`) as the `tools` keyword, as a provider sends them with every request."""
+    if tool_choice is not None:
+        kwargs["tool_choice"] = tool_choice
+    return model.bind(tools=[convert_to_openai_tool(tool) for tool in tools], **kwargs)
 
 
 def tool_call(name: str, args: dict[str, Any] | None = None, *, id: str | None = None, content: str = "") -> AIMessage:

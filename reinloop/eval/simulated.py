@@ -16,13 +16,13 @@ from langchain_core.messages.tool import ToolCall
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
-from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import PrivateAttr
 
 from reinloop.config import ProtocolName
 from reinloop.eval.tasks import TRANSLATIONS, EvalTask, Step
 from reinloop.memory.tokens import TokenCounter
 from reinloop.protocols import OBSERVATION_LABEL, DecisionProtocol, WrittenProtocol, get_protocol, new_call_id
+from reinloop.testing import bind_as_provider
 from reinloop.tools.registry import POLICY_KEY, ToolRegistry
 
 __all__ = ["FAULT_MODEL", "FaultProfile", "SimulatedModel", "faulty_tools", "summarizer_of"]
@@ -114,9 +114,7 @@ class SimulatedModel(BaseChatModel):
     ) -> Runnable[Any, AIMessage]:
         # It writes its calls from the task's plan, not from the schemas; they are bound as a provider's model
         # binds them, so that each call is sent them and counts their tokens as a provider bills them.
-        if tool_choice is not None:
-            kwargs["tool_choice"] = tool_choice
-        return self.bind(tools=[convert_to_openai_tool(tool) for tool in tools], **kwargs)
+        return bind_as_provider(self, tools, tool_choice=tool_choice, **kwargs)
 
     def _generate(
         self,
