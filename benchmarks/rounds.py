@@ -95,11 +95,16 @@ class _Counter(TypedDict, total=False):
 
 
 def _six_no_ops(schema: type[Any], bump: Callable[[dict[str, Any]], dict[str, Any]], done: Callable[..., bool]) -> Any:
+    nodes = {"step0": bump, **{f"step{k}": lambda state: {} for k in range(1, 6)}}
+    return node_loop(schema, nodes, done)
+
+
+def node_loop(schema: type[Any], nodes: dict[str, Callable[[dict[str, Any]], Any]], done: Callable[..., bool]) -> Any:
+    """`nodes` run in order, from the first again until `done(state)`: a floor's round, one step a node."""
     graph = StateGraph(schema)
-    names = [f"step{k}" for k in range(6)]
-    graph.add_node(names[0], bump)
-    for name in names[1:]:
-        graph.add_node(name, lambda state: {})
+    for name, node in nodes.items():
+        graph.add_node(name, node)
+    names = list(nodes)
     graph.add_edge(START, names[0])
     for before, after in itertools.pairwise(names):
         graph.add_edge(before, after)

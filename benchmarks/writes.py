@@ -17,7 +17,6 @@ Run: python benchmarks/writes.py [--rounds 1000] [--repeats 5] [--storage sync]
 from __future__ import annotations
 
 import argparse
-import itertools
 import statistics
 import tempfile
 import time
@@ -25,9 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from langgraph.graph import END, START, StateGraph
 from langgraph.types import Overwrite
-from rounds import _run_floor, shape_input
+from rounds import _run_floor, node_loop, shape_input
 
 from reinloop import sqlite_checkpointer
 from reinloop.state import RunState
@@ -71,18 +69,6 @@ def folded(rounds: int) -> dict[str, Node]:
     }
 
 
-def graph(nodes: dict[str, Node], rounds: int) -> Any:
-    builder = StateGraph(RunState)
-    for name, node in nodes.items():
-        builder.add_node(name, node)
-    names = list(nodes)
-    builder.add_edge(START, names[0])
-    for before, after in itertools.pairwise(names):
-        builder.add_edge(before, after)
-    builder.add_conditional_edges(names[-1], lambda s: END if s["iteration"] >= rounds else names[0])
-    return builder
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=1000)
@@ -96,7 +82,8 @@ def main() -> None:
                 saver = None if args.storage == "none" else sqlite_checkpointer(Path(folder) / "floor.db")
                 durability = None if args.storage == "none" else args.storage
                 start = time.perf_counter()
-                _run_floor(graph(nodes(args.rounds), args.rounds), shape_input(args.rounds), saver, durability)
+                floor = node_loop(RunState, nodes(args.rounds), lambda state: state["iteration"] >= args.rounds)
+                _run_floor(floor, shape_input(args.rounds), saver, durability)
                 times[name].append((time.perf_counter() - start) / args.rounds * 1000)
     for name, values in times.items():
         print(f"{name:7} {statistics.median(values):.3f} ms a round ({min(values):.3f}-{max(values):.3f})")
