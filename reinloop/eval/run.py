@@ -49,6 +49,9 @@ HARD_CAP = 60  # rounds before the evaluation stops an agent that does not stop 
 # recursion limit on create_agent (set at HARD_CAP rounds). Recorded as outcomes, never as crashes.
 HARD_STOPS = ("cap", "recursion_limit")
 RAM_FOLDER = "/dev/shm"
+# Runs between full garbage collections; every run's young objects are collected after it (see run_task).
+FULL_COLLECTION_EVERY = 50
+_runs_since_full_collection = 0
 
 METRICS = f"""\
 Success: the task's check holds (the answer holds the expected value, and/or the file or the database row
@@ -300,10 +303,6 @@ def _collected_between_runs() -> Iterator[None]:
             gc.collect(1)
         if enabled:
             gc.enable()
-
-
-FULL_COLLECTION_EVERY = 50
-_runs_since_full_collection = 0
 
 
 def evaluate_suite(
