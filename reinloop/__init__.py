@@ -1,9 +1,19 @@
 """reinloop: a tool-using LLM agent as an explicit LangGraph state machine, with guard rails."""
 
+# First: it checks the private and beta LangGraph names reinloop uses, and fails with the supported versions.
+import reinloop._langgraph  # noqa: F401  # isort: skip
 from reinloop.checkpoint import open_checkpointer, sqlite_checkpointer
 from reinloop.config import AgentConfig
 from reinloop.draw import draw
-from reinloop.errors import ConfigurationError, InputError, InvariantError, PruneError, ReinloopError, ResumeError
+from reinloop.errors import (
+    ConfigurationError,
+    InputError,
+    InvariantError,
+    PruneError,
+    ReinloopError,
+    ResumeError,
+    ThreadBusyError,
+)
 from reinloop.graph import build_agent
 from reinloop.presets import PRESETS, preset
 from reinloop.protocols import DecisionProtocol, JsonProtocol, ToolCallingProtocol
@@ -29,6 +39,7 @@ __all__ = [
     "PruneReport",
     "ReinloopError",
     "ResumeError",
+    "ThreadBusyError",
     "ToolCallingProtocol",
     "ToolRegistry",
     "accept_any",

@@ -17,17 +17,12 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from reinloop.errors import ConfigurationError
 
 __all__ = [
-    "CONFIG_KEY_DURABILITY",
     "check_checkpointer",
     "database_label",
     "is_postgres_url",
     "open_checkpointer",
     "sqlite_checkpointer",
 ]
-
-# LangGraph reads the default durability of a run from this configurable key (it is how a parent graph
-# passes its durability to subgraphs); `build_agent` sets it from AgentConfig.durability.
-CONFIG_KEY_DURABILITY = "__pregel_durability"
 
 
 def sqlite_checkpointer(path: str | Path) -> SqliteSaver:

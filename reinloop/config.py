@@ -170,6 +170,15 @@ class AgentConfig(BaseModel):
             "explicit durability= given to invoke or stream wins."
         ),
     )
+    thread_wait_s: float = Field(
+        0.0,
+        ge=0,
+        allow_inf_nan=False,
+        description=(
+            "How long a run waits for its thread while another run writes it (one writer per thread, "
+            "`reinloop.lease`); 0 raises ThreadBusyError at once."
+        ),
+    )
 
     def __init__(self, **values: object) -> None:
         try:

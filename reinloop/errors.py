@@ -6,7 +6,15 @@ data in state and observations for the model. These classes are for developers a
 
 from __future__ import annotations
 
-__all__ = ["ConfigurationError", "InputError", "InvariantError", "PruneError", "ReinloopError", "ResumeError"]
+__all__ = [
+    "ConfigurationError",
+    "InputError",
+    "InvariantError",
+    "PruneError",
+    "ReinloopError",
+    "ResumeError",
+    "ThreadBusyError",
+]
 
 
 class ReinloopError(Exception):
@@ -19,6 +27,11 @@ class ConfigurationError(ReinloopError, ValueError):
 
 class ResumeError(ReinloopError):
     """A thread cannot be resumed as asked (unknown thread, already answered, hint on a running step)."""
+
+
+class ThreadBusyError(ReinloopError):
+    """Another run is writing the thread (in this process or another): nothing was run or saved; run it again
+    once that run has ended."""
 
 
 class PruneError(ReinloopError, LookupError):

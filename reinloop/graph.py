@@ -17,6 +17,7 @@ what failed at the end of its next prompt.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, aclosing
 from functools import partial, wraps
 from typing import Annotated, Any, Final, Literal, TypeAlias, TypeVar, get_args, get_origin, get_type_hints
 
@@ -24,19 +25,20 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableConfig, ensure_config
 from langchain_core.runnables.config import merge_configs
 from langchain_core.tools import BaseTool
-from langgraph._internal._runnable import RunnableCallable
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
-from langgraph.types import Command, RetryPolicy, Send
+from langgraph.types import Command, RetryPolicy, Send, StateUpdate
 
+from reinloop._langgraph import CONFIG_KEY_DURABILITY, RunnableCallable, compiled_graph_fields
 from reinloop.approvals import approval_tools
 from reinloop.breakers import steps_to_stop
-from reinloop.checkpoint import CONFIG_KEY_DURABILITY, check_checkpointer
+from reinloop.checkpoint import check_checkpointer
 from reinloop.config import MAX_PARSE_RETRIES, AgentConfig, round_steps
 from reinloop.context import AgentContext
 from reinloop.errors import ConfigurationError
+from reinloop.lease import ahold_thread, hold_thread
 from reinloop.models import is_transient, resolve_model
 from reinloop.nodes import (
     acompress_memory,
@@ -186,7 +188,9 @@ def build_agent(
         retry_on=is_transient,
     )
     graph = _diagram(lambda node: _bound(node, ctx), model_retry, state_schema)
-    compiled = _Agent.of(graph.compile(checkpointer=checkpointer, store=store, name=name), steps_to_stop(config))
+    compiled = _Agent.of(
+        graph.compile(checkpointer=checkpointer, store=store, name=name), steps_to_stop(config), config.thread_wait_s
+    )
     compiled = compiled.with_config(recursion_limit=recursion_limit(config.max_iterations))
     if not saved:
         # LangGraph has nothing to make durable (and fails on a durability without a checkpointer).
@@ -194,7 +198,8 @@ def build_agent(
     if isinstance(checkpointer, BaseCheckpointSaver):
         check_checkpointer(checkpointer)
     # A default every invocation path reads (invoke, stream, batch, subgraphs) unless the caller passes
-    # durability= explicitly.
+    # durability= explicitly: LangGraph reads a run's default durability from this configurable key (it is
+    # how a parent graph passes its durability to subgraphs).
     return compiled.with_config(configurable={CONFIG_KEY_DURABILITY: config.durability})
 
 
@@ -321,28 +326,71 @@ class _Agent(CompiledStateGraph[RunState, None, Any, AgentState]):
     recursion_limit - 1 steps left, so it is `steps_to_stop`).
     """
 
-    def __init__(self, *, first_steps: int, **graph: Any) -> None:
+    def __init__(self, *, first_steps: int, thread_wait_s: float, **graph: Any) -> None:
         super().__init__(**graph)
         self.first_steps = first_steps
+        self.thread_wait_s = thread_wait_s
 
     @classmethod
-    def of(cls, graph: CompiledAgent, first_steps: int) -> _Agent:
-        # As LangGraph's own `copy` rebuilds a compiled graph (and `with_config` keeps this class and
-        # `first_steps`, which is in __dict__).
-        attrs = {key: value for key, value in graph.__dict__.items() if key != "__orig_class__"}
-        return cls(first_steps=first_steps, **attrs)
+    def of(cls, graph: CompiledAgent, first_steps: int, thread_wait_s: float) -> _Agent:
+        return cls(first_steps=first_steps, thread_wait_s=thread_wait_s, **compiled_graph_fields(graph))
 
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[Any]:
-        return super().stream(_checked(input), self._holds_a_round(config), **kwargs)
+        runs = super().stream(_checked(input), self._holds_a_round(config), **kwargs)
+        saver, thread = self._written(config)
+        return runs if thread is None else _leased(runs, hold_thread(saver, thread, self.thread_wait_s))
 
     def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AsyncIterator[Any]:
-        return super().astream(_checked(input), self._holds_a_round(config), **kwargs)
+        runs = super().astream(_checked(input), self._holds_a_round(config), **kwargs)
+        saver, thread = self._written(config)
+        return runs if thread is None else _aleased(runs, ahold_thread(saver, thread, self.thread_wait_s))
+
+    def bulk_update_state(self, config: RunnableConfig, supersteps: Sequence[Sequence[StateUpdate]]) -> RunnableConfig:
+        saver, thread = self._written(config)
+        if thread is None:
+            return super().bulk_update_state(config, supersteps)
+        with hold_thread(saver, thread, self.thread_wait_s):
+            return super().bulk_update_state(config, supersteps)
+
+    async def abulk_update_state(
+        self, config: RunnableConfig, supersteps: Sequence[Sequence[StateUpdate]]
+    ) -> RunnableConfig:
+        saver, thread = self._written(config)
+        if thread is None:
+            return await super().abulk_update_state(config, supersteps)
+        async with ahold_thread(saver, thread, self.thread_wait_s):
+            return await super().abulk_update_state(config, supersteps)
+
+    def _written(self, config: RunnableConfig | None) -> tuple[Any, str | None]:
+        """The saver and thread a run writes, when it must hold the thread's lease (`reinloop.lease`): not
+        without a saver of its own (none, or LangGraph Server's, given at run time, whose run queue already
+        runs one run of a thread at a time), nor as a subgraph, whose parent's run writes the thread."""
+        configurable = merge_configs(self.config, config).get("configurable") or {}
+        thread = configurable.get("thread_id")
+        if (
+            not isinstance(self.checkpointer, BaseCheckpointSaver)
+            or configurable.get("checkpoint_ns")
+            or thread is None
+        ):
+            return None, None
+        return self.checkpointer, str(thread)
 
     def _holds_a_round(self, config: RunnableConfig | None) -> RunnableConfig | None:
         limit = ensure_config(merge_configs(self.config, config))["recursion_limit"]
         if limit < self.first_steps:
             raise ConfigurationError(RECURSION_LIMIT_TEMPLATE.format(limit=limit, steps=self.first_steps))
         return config
+
+
+def _leased(runs: Iterator[Any], lease: AbstractContextManager[None]) -> Iterator[Any]:
+    with lease:
+        yield from runs
+
+
+async def _aleased(runs: AsyncIterator[Any], lease: AbstractAsyncContextManager[None]) -> AsyncIterator[Any]:
+    async with lease, aclosing(runs):  # type: ignore[type-var]
+        async for chunk in runs:
+            yield chunk
 
 
 def _checked(input: Any) -> Any:

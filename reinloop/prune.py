@@ -22,13 +22,12 @@ from threading import Lock
 from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.channels import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.pregel import Pregel
 
+from reinloop._langgraph import DELTA_COUNTERS_KEY, SUPPORTED, DeltaChannel, DeltaSnapshot
 from reinloop.checkpoint import open_checkpointer
 from reinloop.errors import ConfigurationError, PruneError
 
@@ -53,10 +52,6 @@ CREATE TABLE IF NOT EXISTS reinloop_marks (
     label TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
 )"""
-
-# A thread whose graph saves a channel as deltas (LangGraph's `DeltaChannel`, as reinloop's messages are) names
-# the channel in each checkpoint's metadata, under this key.
-DELTA_COUNTERS_KEY = "counters_since_delta_snapshot"
 
 
 @dataclass(frozen=True)
@@ -405,6 +400,32 @@ def _is_postgres(saver: BaseCheckpointSaver[Any]) -> TypeGuard[PostgresSaver]:
 SELECT_MARKS_SQL = "SELECT thread_id, checkpoint_ns, checkpoint_id, label FROM reinloop_marks"
 
 
+# The columns prune's statements read and write, per table, as LangGraph's savers create them. Checked before
+# a prune: a saver that stores them otherwise fails closed, with nothing changed.
+_CHECKPOINT_COLUMNS = frozenset(
+    {"thread_id", "checkpoint_ns", "checkpoint_id", "parent_checkpoint_id", "type", "checkpoint", "metadata"}
+)
+_WRITE_COLUMNS = frozenset({"thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx", "channel", "type"})
+SQLITE_COLUMNS = {"checkpoints": _CHECKPOINT_COLUMNS, "writes": _WRITE_COLUMNS | {"value"}}
+POSTGRES_COLUMNS = {
+    "checkpoints": _CHECKPOINT_COLUMNS,
+    "checkpoint_writes": _WRITE_COLUMNS | {"blob"},
+    "checkpoint_blobs": frozenset({"thread_id", "checkpoint_ns", "channel", "version", "type", "blob"}),
+}
+SCHEMA_TEMPLATE = (
+    "prune cannot work on this database: LangGraph's table {table!r} lacks the columns {missing} that prune reads "
+    "and writes (the saver's tables changed; reinloop supports {supported}). Nothing was changed."
+)
+
+
+def _check_columns(table: str, found: set[str], expected: frozenset[str]) -> None:
+    missing = expected - found
+    if missing:
+        raise ConfigurationError(
+            SCHEMA_TEMPLATE.format(table=table, missing=", ".join(sorted(missing)), supported=SUPPORTED)
+        )
+
+
 SQLITE_CHECKPOINT_SQL = (
     "SELECT type, checkpoint FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
 )
@@ -417,6 +438,9 @@ class _SqliteTables:
         self.conn, self.serde, self.lock = conn, serde, lock
         query = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
         self.has_marks = self.conn.execute(query, (MARKS_TABLE,)).fetchone() is not None
+        for table, expected in SQLITE_COLUMNS.items():
+            found = {row[0] for row in self.conn.execute("SELECT name FROM pragma_table_info(?)", (table,))}
+            _check_columns(table, found, expected)
 
     @classmethod
     @contextlib.contextmanager
@@ -464,7 +488,7 @@ class _SqliteTables:
 
     def store(self, thread: str, ns: str, checkpoint_id: str, values: dict[str, Any]) -> None:
         checkpoint = self._checkpoint(thread, ns, checkpoint_id)
-        checkpoint["channel_values"].update({name: _DeltaSnapshot(value) for name, value in values.items()})
+        checkpoint["channel_values"].update({name: DeltaSnapshot(value) for name, value in values.items()})
         query = (
             "UPDATE checkpoints SET type = ?, checkpoint = ? "
             "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
@@ -576,6 +600,13 @@ class _PostgresTables:
         self.conn, self.cur, self.serde, self.lock = conn, cursor, serde, lock
         self.cur.execute("SELECT to_regclass(%s) IS NOT NULL", (MARKS_TABLE,))
         self.has_marks = bool((self.cur.fetchone() or (False,))[0])
+        query = (
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_schema = current_schema() AND table_name = %s"
+        )
+        for table, expected in POSTGRES_COLUMNS.items():
+            self.cur.execute(query, (table,))
+            _check_columns(table, {row[0] for row in self.cur.fetchall()}, expected)
 
     @classmethod
     @contextlib.contextmanager
@@ -628,7 +659,7 @@ class _PostgresTables:
         # As PostgresSaver.put stores a snapshot: the value as a blob of the version the checkpoint names, and
         # `true` in its channel_values, which marks that blob as the snapshot.
         for name, value in values.items():
-            kind, blob = self.serde.dumps_typed(_DeltaSnapshot(value))
+            kind, blob = self.serde.dumps_typed(DeltaSnapshot(value))
             self.cur.execute(PG_STORE_SNAPSHOT_SQL, (kind, blob, name, thread, ns, checkpoint_id))
             self.cur.execute(PG_MARK_SNAPSHOT_SQL, (name, thread, ns, checkpoint_id))
 

@@ -14,12 +14,11 @@ import operator
 from typing import Annotated, Any, Literal, NotRequired, get_args
 
 from langchain_core.messages import AnyMessage
-from langgraph.channels import DeltaChannel
-from langgraph.graph.message import _messages_delta_reducer
 from langgraph.managed import RemainingSteps
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from typing_extensions import TypedDict
 
+from reinloop._langgraph import DeltaChannel, messages_delta_reducer
 from reinloop.errors import InputError
 from reinloop.storable import clean_text
 from reinloop.text import truncate
@@ -251,7 +250,7 @@ class AgentState(TypedDict, total=False):
     task: str
     # Short-term window: decisions, tool results and notes; decide/observe append, compress_memory trims.
     messages: Annotated[
-        list[AnyMessage], DeltaChannel(_messages_delta_reducer, snapshot_frequency=MESSAGES_SNAPSHOT_EVERY)
+        list[AnyMessage], DeltaChannel(messages_delta_reducer, snapshot_frequency=MESSAGES_SNAPSHOT_EVERY)
     ]
     # The latest parsed reply; written by decide every round.
     decision: Decision

@@ -6,6 +6,9 @@ built-in db_insert and file_write (append), which use idempotency keys, and `not
 not idempotent. Every tool run is logged to WORKSPACE/../executions.log ("start"/"end", the call's key),
 flushed and fsynced, so the test can count executions and effects after a SIGKILL at any moment. Tools
 sleep a few random milliseconds, so kills land inside tools as well as between steps.
+
+With REINLOOP_RACE_GATE=PATH the run waits for that file to exist before it starts, so two resumers race; a
+run refused because the thread is busy prints {"busy": true}.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from langchain_core.messages import AIMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
 
-from reinloop import AgentConfig, build_agent
+from reinloop import AgentConfig, ThreadBusyError, build_agent
 from reinloop.checkpoint import open_checkpointer
 from reinloop.testing import ScriptedChatModel, parallel_calls
 from reinloop.tools import DbInsertTool, FileWriteTool, idempotency_key
@@ -106,5 +109,12 @@ with open_checkpointer(db) as saver:
     )
     config = {"configurable": {"thread_id": thread}}
     print("ready", flush=True)
-    result = agent.invoke({"task": "run the rounds"} if mode == "start" else None, config)
-    print(json.dumps({"finish_reason": result.get("finish_reason")}), flush=True)
+    gate = os.environ.get("REINLOOP_RACE_GATE")
+    while gate and not Path(gate).exists():  # racing resumers start their runs together
+        time.sleep(0.001)
+    try:
+        result = agent.invoke({"task": "run the rounds"} if mode == "start" else None, config)
+    except ThreadBusyError:
+        print(json.dumps({"busy": True}), flush=True)
+    else:
+        print(json.dumps({"finish_reason": result.get("finish_reason")}), flush=True)

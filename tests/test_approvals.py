@@ -12,7 +12,7 @@ from langgraph.errors import is_invalid_resume
 from langgraph.types import Command
 from pydantic import ValidationError
 
-from reinloop import AgentConfig, ConfigurationError, ToolRegistry, build_agent
+from reinloop import AgentConfig, ConfigurationError, ToolRegistry, build_agent, lease
 from reinloop.testing import ScriptedChatModel, parallel_calls, tool_call
 from tests.conftest import add, new_thread
 from tests.test_cli import cli, home, run_args, server  # noqa: F401 - the CLI tests' fixtures and helpers
@@ -213,6 +213,8 @@ def test_a_crash_mid_call_after_an_approval_still_fails_closed_and_reruns_nothin
             assert time.monotonic() < deadline, "add's outcome was never saved"
             time.sleep(0.01)
 
+        # A dead process's leases die with it; this one's "dead" run still holds its thread's.
+        lease._local_held.clear()
         done = agent.invoke(None, thread)  # the crash resume
     finally:
         box.released.set()

@@ -11,8 +11,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from reinloop import AgentConfig, ConfigurationError, build_agent, idempotency_key, sqlite_checkpointer
-from reinloop.checkpoint import CONFIG_KEY_DURABILITY
-from reinloop.nodes.execute_tool import CONFIG_KEY_RESUMING, execute_tool
+from reinloop._langgraph import CONFIG_KEY_DURABILITY, CONFIG_KEY_RESUMING
+from reinloop.nodes.execute_tool import execute_tool
 from reinloop.testing import ScriptedChatModel, parallel_calls, tool_call
 from reinloop.tools import Database, DbInsertTool, DbQueryTool, FileWriteTool, Workspace
 from reinloop.tools.effects import IDEMPOTENCY_KEY, call_key

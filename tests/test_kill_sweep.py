@@ -2,12 +2,14 @@
 
 Each run starts tests/kill_worker.py in a subprocess (default settings: durability, tools, breakers),
 kills it with SIGKILL at a random moment, reads what the checkpointer saved, resumes in a new process, and
-checks the ledger of side effects. CI runs a sample; REINLOOP_KILL_RUNS=100 (SQLite) and
-REINLOOP_KILL_RUNS_POSTGRES=30 give the long sweep.
+checks the ledger of side effects and that the thread's history never forked. The races resume in two
+processes at once. CI runs a sample; REINLOOP_KILL_RUNS=100 (SQLite), REINLOOP_KILL_RUNS_POSTGRES=30 and
+REINLOOP_RACES=20 give the long sweep.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -16,6 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -33,9 +36,36 @@ POSTGRES_RUNS = int(os.environ.get("REINLOOP_KILL_RUNS_POSTGRES", "3"))
 KILL_WINDOW_S = 1.2
 
 
-def _worker(mode: str, db: str, folder: Path, thread: str, seed: int) -> subprocess.Popen:
+def _worker(mode: str, db: str, folder: Path, thread: str, seed: int, gate: Path | None = None) -> subprocess.Popen:
     args = [sys.executable, "-m", "tests.kill_worker", mode, db, str(folder / "workspace"), thread, str(ROUNDS)]
-    return subprocess.Popen([*args, str(seed)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = {**os.environ, "REINLOOP_RACE_GATE": str(gate)} if gate else None
+    return subprocess.Popen(
+        [*args, str(seed)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+
+
+def _resume(db: str, folder: Path, thread: str, seed: int, resumers: int) -> list[dict]:
+    """Resume the thread in `resumers` processes at once (their runs start together); what each printed."""
+    gate = folder / "gate"
+    workers = [_worker("resume", db, folder, thread, seed, gate if resumers > 1 else None) for _ in range(resumers)]
+    for worker in workers:
+        assert worker.stdout is not None
+        assert worker.stdout.readline().strip() == "ready", worker.stderr.read() if worker.stderr else ""
+    gate.touch()
+    outcomes = []
+    for worker in workers:
+        out, err = worker.communicate(timeout=120)
+        assert worker.returncode == 0, err
+        outcomes.append(json.loads(out.splitlines()[-1]))
+    return outcomes
+
+
+def _forks(db: str, thread: str) -> list[str]:
+    """Checkpoints of the thread that more than one checkpoint continues: where its history forked."""
+    with open_checkpointer(db) as saver:
+        history = list(saver.list({"configurable": {"thread_id": thread, "checkpoint_ns": ""}}))
+    parents = Counter(item.parent_config["configurable"]["checkpoint_id"] for item in history if item.parent_config)
+    return [checkpoint for checkpoint, children in parents.items() if children > 1]
 
 
 def _saved_outcomes(db: str, thread: str) -> tuple[set[str], dict]:
@@ -51,13 +81,20 @@ def _saved_outcomes(db: str, thread: str) -> tuple[set[str], dict]:
     return saved, snapshot.values
 
 
+def _wait_for_tool_runs(log: Path, started: int) -> None:
+    deadline = time.monotonic() + 60
+    while sum(1 for event, _ in _executions(log) if event == "start") < started:
+        assert time.monotonic() < deadline, f"the worker started fewer than {started} tool runs in 60 s"
+        time.sleep(0.002)
+
+
 def _executions(log: Path) -> list[tuple[str, str]]:
     if not log.exists():
         return []
     return [tuple(line.split(" ", 1)) for line in log.read_text().splitlines() if line]
 
 
-def _sweep_once(db: str, tmp_path: Path, seed: int) -> dict:
+def _sweep_once(db: str, tmp_path: Path, seed: int, resumers: int = 1) -> dict:
     folder = tmp_path / f"run-{seed}"
     folder.mkdir()
     thread = f"kill-{seed}-{uuid.uuid4().hex[:8]}"
@@ -66,7 +103,10 @@ def _sweep_once(db: str, tmp_path: Path, seed: int) -> dict:
     worker = _worker("start", db, folder, thread, seed)
     assert worker.stdout is not None
     assert worker.stdout.readline().strip() == "ready", worker.stderr.read() if worker.stderr else ""
-    time.sleep(random.Random(seed).uniform(0, KILL_WINDOW_S))
+    if resumers == 1:
+        time.sleep(random.Random(seed).uniform(0, KILL_WINDOW_S))
+    else:  # a race needs a thread left to resume: the kill falls after a random number of tool runs
+        _wait_for_tool_runs(log, random.Random(seed).randint(1, 3 * ROUNDS - 3))
     worker.send_signal(signal.SIGKILL)
     _, stderr = worker.communicate(timeout=30)
     killed = worker.returncode == -signal.SIGKILL
@@ -78,10 +118,9 @@ def _sweep_once(db: str, tmp_path: Path, seed: int) -> dict:
     started = [key for event, key in at_kill if event == "start"]
     inside_tool = len(started) - sum(1 for event, _ in at_kill if event == "end")
     saved, values_at_kill = _saved_outcomes(db, thread)
+    outcomes = []
     if values_at_kill.get("finish_reason") != "answered":
-        resumed = _worker("resume", db, folder, thread, seed)
-        _, err = resumed.communicate(timeout=120)
-        assert resumed.returncode == 0, err
+        outcomes = _resume(db, folder, thread, seed, resumers)
 
     with open_checkpointer(db) as saver:
         final = agent_topology(saver).get_state({"configurable": {"thread_id": thread}})
@@ -90,8 +129,11 @@ def _sweep_once(db: str, tmp_path: Path, seed: int) -> dict:
     results = [m for m in messages if isinstance(m, ToolMessage)]
     rerun = [key for event, key in _executions(log)[before_resume:] if event == "start" and key.split("/")[-1] in saved]
 
-    # 100% answered, no call lost, every call paired with one result.
+    # 100% answered, no call lost, every call paired with one result; one history: no step ran twice.
     assert values["finish_reason"] == "answered"
+    assert _forks(db, thread) == []
+    assert {"finish_reason": "answered"} in outcomes or not outcomes, outcomes
+    assert len(outcomes) == resumers or resumers == 1, "the race had no thread left to resume"
     assert pairing_violations(messages) == []
     assert len(results) == 3 * ROUNDS
     # No call whose outcome was saved ran again.
@@ -111,6 +153,7 @@ def _sweep_once(db: str, tmp_path: Path, seed: int) -> dict:
     assert len(notified) + len(in_doubt) >= ROUNDS
     reran_unsaved = sum(1 for event, key in _executions(log)[before_resume:] if event == "start" and key in started)
     return {
+        "resumers_refused": sum(1 for outcome in outcomes if outcome.get("busy")),
         "killed": int(killed),
         "killed_inside_a_tool": int(inside_tool > 0),
         "unsaved_calls_run_again": reran_unsaved,
@@ -142,3 +185,18 @@ def test_kill_sweep_sqlite(tmp_path, seed, tally):
 @pytest.mark.parametrize("seed", range(POSTGRES_RUNS))
 def test_kill_sweep_postgres(postgres_url, tmp_path, seed, tally):
     _add(tally, "postgres", _sweep_once(postgres_url, tmp_path, 10_000 + seed))
+
+
+# Two processes resume the killed thread at once: one runs it, the other is refused (ThreadBusyError) or, if
+# it starts after the first has finished, finds nothing left to run. REINLOOP_RACES=20 gives the long run.
+RACES = int(os.environ.get("REINLOOP_RACES", "3"))
+
+
+@pytest.mark.parametrize("seed", range(RACES))
+def test_two_resumers_of_a_killed_thread_on_sqlite_run_each_step_once(tmp_path, seed, tally):
+    _add(tally, "sqlite, two resumers", _sweep_once(str(tmp_path / "runs.sqlite"), tmp_path, 20_000 + seed, 2))
+
+
+@pytest.mark.parametrize("seed", range(RACES))
+def test_two_resumers_of_a_killed_thread_on_postgres_run_each_step_once(postgres_url, tmp_path, seed, tally):
+    _add(tally, "postgres, two resumers", _sweep_once(postgres_url, tmp_path, 30_000 + seed, 2))

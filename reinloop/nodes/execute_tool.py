@@ -43,6 +43,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import patch_config
 
+from reinloop._langgraph import CONFIG_KEY_RESUMING, CONFIG_KEY_SCRATCHPAD
 from reinloop.approvals import EDITED_NOTE
 from reinloop.context import AgentContext
 from reinloop.drivers import Steps, adrive, drive
@@ -76,14 +77,6 @@ UNKNOWN_OUTCOME_TEMPLATE = (
     "was saved, and {name!r} is not safe to run twice, so it was not run again. It may or may not have taken "
     "effect: check with a read-only tool, or tell the user, before calling it again."
 )
-# LangGraph sets this configurable key for the first step of a run that continues a saved thread: the
-# tasks of that step are the ones the saved checkpoint had left to run (in flight at a crash). An approval's
-# resume (`Command(resume=...)`) continues a saved thread too, but at validate_args, where approvals wait, so
-# execute_tool never runs in its first step (`reinloop.approvals`).
-CONFIG_KEY_RESUMING = "__pregel_resuming"
-# LangGraph's per-task scratchpad: it holds the answers to the task's own `interrupt()` calls when a run
-# continues with `Command(resume=...)`.
-CONFIG_KEY_SCRATCHPAD = "__pregel_scratchpad"
 
 
 def execute_tool(check: CallCheck, ctx: AgentContext, config: RunnableConfig) -> dict[str, Any]:
@@ -126,6 +119,11 @@ def _in_flight_at_a_crash(config: RunnableConfig) -> bool:
     it with `interrupt()` and now has the answer (LangGraph runs such a task again from its start, as it
     should: the tool asked to be run again)."""
     configurable = config.get("configurable") or {}
+    # LangGraph sets the resuming flag for the first step of a run that continues a saved thread: the tasks
+    # of that step are the ones the saved checkpoint had left to run (in flight at a crash). An approval's
+    # resume continues a saved thread too, but at validate_args, where approvals wait, so execute_tool never
+    # runs in its first step (`reinloop.approvals`). The task's scratchpad holds the answers to its own
+    # `interrupt()` calls when a run continues with `Command(resume=...)`.
     if not configurable.get(CONFIG_KEY_RESUMING):
         return False
     scratchpad = configurable.get(CONFIG_KEY_SCRATCHPAD)

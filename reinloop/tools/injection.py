@@ -29,9 +29,9 @@ from typing import Any, get_type_hints
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
-from langgraph._internal._constants import CONFIG_KEY_READ, CONFIG_KEY_RUNTIME
-from langgraph.prebuilt.tool_node import ToolRuntime, _get_all_injected_args
+from langgraph.prebuilt.tool_node import ToolRuntime
 
+from reinloop._langgraph import CONFIG_KEY_READ, CONFIG_KEY_RUNTIME, get_all_injected_args
 from reinloop.errors import ConfigurationError
 
 __all__ = ["NO_INJECTION", "Injection", "check_state_fields", "inject", "injection_of", "state_keys"]
@@ -76,7 +76,7 @@ NO_INJECTION = Injection()
 
 def injection_of(tool: BaseTool) -> Injection:
     """The injected arguments `tool` declares, found as LangGraph's ToolNode finds them."""
-    found = _get_all_injected_args(tool)
+    found = get_all_injected_args(tool)
     keys = frozenset(found.all_injected_keys)
     return Injection(
         state=tuple(found.state.items()),

@@ -1,0 +1,374 @@
+"""One writer per thread: a run holds a lease on its thread in the checkpointer's own database.
+
+Two runs continuing one thread at once would each run every remaining step (with new call ids, so new
+idempotency keys) and fork its history. So a run takes the thread's lease before its first step and gives it
+back when it ends; a second writer gets `ThreadBusyError`, or waits for the lease if it was built to.
+
+- PostgreSQL (`PostgresSaver`, `AsyncPostgresSaver`): a session-level advisory lock, on a connection of its
+  own held for the run. The server drops it with the session, so a killed process leaves none behind.
+- SQLite (`SqliteSaver`, `AsyncSqliteSaver` on a file): a row of `reinloop_leases` naming the holder process
+  (host, pid, start time). A lease whose holder no longer runs on this host is taken over.
+- Every saver, in one process: a lock per database and thread (the only lease of an `InMemorySaver`, an
+  in-memory SQLite database or a saver of another kind).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import socket
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Hashable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+
+from reinloop.errors import ThreadBusyError
+
+__all__ = ["BUSY_TEMPLATE", "LEASES_TABLE", "ahold_thread", "hold_thread"]
+
+BUSY_TEMPLATE = (
+    "thread {thread!r} is being run by another process ({holder}): wait for that run to end, or build the agent "
+    "with AgentConfig(thread_wait_s=...) to wait for it"
+)
+LEASES_TABLE: Final = "reinloop_leases"
+_CREATE_SQL = f"""
+CREATE TABLE IF NOT EXISTS {LEASES_TABLE} (
+    thread_id TEXT PRIMARY KEY,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    started TEXT NOT NULL,
+    token TEXT NOT NULL
+)"""
+_HOLDER_SQL = f"SELECT host, pid, started FROM {LEASES_TABLE} WHERE thread_id = ?"
+_TAKE_SQL = f"INSERT OR REPLACE INTO {LEASES_TABLE} (thread_id, host, pid, started, token) VALUES (?, ?, ?, ?, ?)"
+_GIVE_BACK_SQL = f"DELETE FROM {LEASES_TABLE} WHERE thread_id = ? AND token = ?"
+# How long one SQLite lease statement waits for another process's write transaction (a checkpoint's save).
+_SQLITE_BUSY_TIMEOUT_S = 30.0
+# Polling a busy lease when the agent waits for it: from the first delay, doubling up to the last.
+_FIRST_POLL_S, _LAST_POLL_S = 0.02, 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """A process, as a lease row names it: `started` tells a pid's process from a later one given the same pid."""
+
+    host: str
+    pid: int
+    started: str
+
+    def __str__(self) -> str:
+        return f"pid {self.pid} on {self.host}"
+
+
+class _Lease(Protocol):
+    holder: str | None  # who holds it, when `take` found it busy
+
+    def take(self) -> bool: ...
+
+    def give_back(self) -> None: ...
+
+
+@contextlib.contextmanager
+def hold_thread(saver: BaseCheckpointSaver[Any], thread_id: str, wait_s: float) -> Iterator[None]:
+    """Hold `thread_id`'s lease on `saver`'s database while the block runs; `ThreadBusyError` if another run
+    holds it for longer than `wait_s` seconds."""
+    lease = _lease(saver, _sqlite_path(saver), thread_id)
+    _take(lease, thread_id, wait_s, time.sleep)
+    try:
+        yield
+    finally:
+        lease.give_back()
+
+
+@contextlib.asynccontextmanager
+async def ahold_thread(saver: BaseCheckpointSaver[Any], thread_id: str, wait_s: float) -> AsyncIterator[None]:
+    """`hold_thread` under ainvoke/astream: the lease's database work runs in a worker thread."""
+    lease = _lease(saver, await _asqlite_path(saver), thread_id)
+    deadline = time.monotonic() + wait_s
+    delay = _FIRST_POLL_S
+    while not await asyncio.to_thread(lease.take):
+        delay = _next_poll(lease, thread_id, deadline, delay)
+        await asyncio.sleep(delay)
+    try:
+        yield
+    finally:
+        await asyncio.to_thread(lease.give_back)
+
+
+def _take(lease: _Lease, thread_id: str, wait_s: float, sleep: Any) -> None:
+    deadline = time.monotonic() + wait_s
+    delay = _FIRST_POLL_S
+    while not lease.take():
+        delay = _next_poll(lease, thread_id, deadline, delay)
+        sleep(delay)
+
+
+def _next_poll(lease: _Lease, thread_id: str, deadline: float, delay: float) -> float:
+    """How long to wait before asking for a busy lease again; `ThreadBusyError` once the wait is over."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise ThreadBusyError(BUSY_TEMPLATE.format(thread=thread_id, holder=lease.holder or "this process"))
+    return min(delay * 2, _LAST_POLL_S, left)
+
+
+def _lease(saver: BaseCheckpointSaver[Any], sqlite_path: str | None, thread_id: str) -> _Lease:
+    local = _LocalLease(_database_key(saver, sqlite_path), thread_id)
+    if sqlite_path:
+        return _Layered(local, _SqliteLease(sqlite_path, thread_id))
+    conninfo = _postgres_conninfo(saver)
+    if conninfo is not None:
+        return _Layered(local, _PostgresLease(conninfo, thread_id))
+    return local
+
+
+def _database_key(saver: BaseCheckpointSaver[Any], sqlite_path: str | None) -> Hashable:
+    """What names the saver's database within this process: the file of a SQLite one, else the saver."""
+    if sqlite_path:
+        status = os.stat(sqlite_path)
+        return ("sqlite", status.st_dev, status.st_ino)
+    return ("saver", id(saver))
+
+
+# -- in one process ---------------------------------------------------------------------------------------
+
+_local_guard = threading.Lock()
+_local_held: set[tuple[Hashable, str]] = set()
+
+
+class _LocalLease:
+    """A thread's lease among the runs of this process."""
+
+    def __init__(self, database: Hashable, thread_id: str) -> None:
+        self.key = (database, thread_id)
+        self.holder: str | None = None
+
+    def take(self) -> bool:
+        with _local_guard:
+            if self.key in _local_held:
+                self.holder = f"another run of this process, {_this_process()}"
+                return False
+            _local_held.add(self.key)
+            return True
+
+    def give_back(self) -> None:
+        with _local_guard:
+            _local_held.discard(self.key)
+
+
+@dataclass
+class _Layered:
+    """This process's lease first, then the database's: a run of this process never asks the database for a
+    lease another of its runs holds (a PostgreSQL session may take its own advisory lock twice)."""
+
+    local: _LocalLease
+    shared: _Lease
+    holder: str | None = None
+
+    def take(self) -> bool:
+        if not self.local.take():
+            self.holder = self.local.holder
+            return False
+        try:
+            taken = self.shared.take()
+        except BaseException:
+            self.local.give_back()
+            raise
+        if not taken:
+            self.holder = self.shared.holder
+            self.local.give_back()
+        return taken
+
+    def give_back(self) -> None:
+        try:
+            self.shared.give_back()
+        finally:
+            self.local.give_back()
+
+
+# -- SQLite -----------------------------------------------------------------------------------------------
+
+
+def _sqlite_path(saver: BaseCheckpointSaver[Any]) -> str | None:
+    """The file of a `SqliteSaver`'s main database; None for another saver or an in-memory database."""
+    if not isinstance(saver, SqliteSaver):
+        return None
+    with saver.lock:
+        rows = saver.conn.execute("PRAGMA database_list").fetchall()
+    return _main_file(rows)
+
+
+async def _asqlite_path(saver: BaseCheckpointSaver[Any]) -> str | None:
+    """`_sqlite_path` for any saver under ainvoke, an `AsyncSqliteSaver` included."""
+    try:
+        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+    except ImportError:  # aiosqlite not installed
+        return _sqlite_path(saver)
+    if not isinstance(saver, AsyncSqliteSaver):
+        return _sqlite_path(saver)
+    async with saver.lock, saver.conn.execute("PRAGMA database_list") as cursor:
+        rows = await cursor.fetchall()
+    return _main_file(rows)
+
+
+def _main_file(rows: Any) -> str | None:
+    files = [row[2] for row in rows if row[1] == "main"]
+    return files[0] if files and files[0] else None
+
+
+class _SqliteLease:
+    """A row in the database's `reinloop_leases`, naming the process that holds the thread."""
+
+    def __init__(self, path: str, thread_id: str) -> None:
+        self.path = path
+        self.thread_id = thread_id
+        self.token = uuid.uuid4().hex
+        self.holder: str | None = None
+
+    def take(self) -> bool:
+        with self._transaction() as conn:
+            row = conn.execute(_HOLDER_SQL, (self.thread_id,)).fetchone()
+            if row is not None:
+                holder = Holder(*row)
+                if _running(holder):
+                    self.holder = str(holder)
+                    return False
+            me = _this_process()
+            conn.execute(_TAKE_SQL, (self.thread_id, me.host, me.pid, me.started, self.token))
+            return True
+
+    def give_back(self) -> None:
+        with self._transaction() as conn:
+            conn.execute(_GIVE_BACK_SQL, (self.thread_id, self.token))
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        # A connection of its own: the saver's may be inside a write, and BEGIN IMMEDIATE makes the read and
+        # the write of the row one step, so two processes never both find the lease free.
+        conn = sqlite3.connect(self.path, timeout=_SQLITE_BUSY_TIMEOUT_S, isolation_level=None)
+        try:
+            conn.execute(_CREATE_SQL)
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+
+
+# -- PostgreSQL -------------------------------------------------------------------------------------------
+
+
+def _postgres_conninfo(saver: BaseCheckpointSaver[Any]) -> tuple[str, dict[str, Any]] | None:
+    """How to open a connection to a PostgreSQL saver's database (its connection string and options); None
+    for another saver."""
+    try:
+        from langgraph.checkpoint.postgres import PostgresSaver
+        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+    except ImportError:  # the postgres extra is not installed, so no saver can be one
+        return None
+    if not isinstance(saver, PostgresSaver | AsyncPostgresSaver):
+        return None
+    conn: Any = saver.conn
+    if hasattr(conn, "conninfo"):  # a pool
+        return conn.conninfo, dict(conn.kwargs)
+    info = conn.info
+    return info.dsn, {"password": info.password} if info.password else {}
+
+
+_PG_HOLDER_SQL = """
+SELECT a.pid, coalesce(host(a.client_addr), 'a local socket') FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s::bigint::oid AND l.objid = %s::bigint::oid
+    AND l.objsubid = 1"""
+
+
+class _PostgresLease:
+    """A session-level advisory lock on a key made from the thread id, on a connection held for the run."""
+
+    def __init__(self, conninfo: tuple[str, dict[str, Any]], thread_id: str) -> None:
+        self.conninfo = conninfo
+        # Advisory locks take a bigint; 64 bits of a digest make two threads' keys collide with odds of 2^-64.
+        digest = hashlib.sha256(f"reinloop-thread:{thread_id}".encode()).digest()
+        self.key = int.from_bytes(digest[:8], "big", signed=True)
+        self.conn: Any = None
+        self.holder: str | None = None
+
+    def take(self) -> bool:
+        import psycopg
+        from psycopg.rows import tuple_row
+
+        dsn, options = self.conninfo
+        conn = psycopg.connect(dsn, **{**options, "autocommit": True, "row_factory": tuple_row})
+        try:
+            row = conn.execute("SELECT pg_try_advisory_lock(%s)", (self.key,)).fetchone()
+        except BaseException:
+            conn.close()
+            raise
+        if row is not None and row[0]:
+            self.conn = conn
+            return True
+        self.holder = self._holder(conn)
+        conn.close()
+        return False
+
+    def _holder(self, conn: Any) -> str | None:
+        """The database session holding the lock, as PostgreSQL lists it: a bigint key is split in two oids."""
+        halves = ((self.key >> 32) & 0xFFFFFFFF, self.key & 0xFFFFFFFF)
+        row = conn.execute(_PG_HOLDER_SQL, halves).fetchone()
+        return None if row is None else f"database session {row[0]} from {row[1]}"
+
+    def give_back(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is None:
+            return
+        # Closing the session ends its advisory locks, whatever state the connection is in.
+        conn.close()
+
+
+# -- processes --------------------------------------------------------------------------------------------
+
+
+def _this_process() -> Holder:
+    return Holder(host=socket.gethostname(), pid=os.getpid(), started=_start_time(os.getpid()) or "")
+
+
+def _running(holder: Holder) -> bool:
+    """Whether the process holding a lease still runs. One on another host cannot be seen: it counts as running."""
+    if holder.host != socket.gethostname():
+        return True
+    if holder.pid == os.getpid():
+        # This process holds no lease that `_LocalLease` does not know of: a row naming its pid was left by a
+        # run that could not give it back (its database failed at the end), or by an earlier process.
+        return False
+    try:
+        os.kill(holder.pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: it exists
+        pass
+    started = _start_time(holder.pid)
+    return started is None or started == holder.started
+
+
+def _start_time(pid: int) -> str | None:
+    """When the process started, in clock ticks since boot (Linux); None where that cannot be read. A zombie
+    (killed, not yet reaped by its parent) counts as gone: "" never matches a holder's start time."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: the fields after it follow the last ")".
+    fields = stat[stat.rindex(")") + 2 :].split()
+    state, started = fields[0], fields[19]
+    return "" if state in ("Z", "X") else started

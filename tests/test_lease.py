@@ -1,0 +1,228 @@
+"""One writer per thread (`reinloop.lease`): while a run writes a thread, another run of it is refused with
+ThreadBusyError (or waits, with thread_wait_s), in this process and from another, on every saver; a lease
+left by a killed process is taken over."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from langchain_core.messages import ToolMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, StateGraph
+
+from reinloop import AgentConfig, ThreadBusyError, build_agent
+from reinloop.checkpoint import open_checkpointer
+from reinloop.lease import LEASES_TABLE, hold_thread
+from reinloop.state import AgentState
+from reinloop.testing import ScriptedChatModel, tool_call
+from tests.conftest import add, new_thread
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def database(request, tmp_path):
+    """What the agent saves to: a saver in memory, a SQLite file, the test PostgreSQL database."""
+    if request.param == "memory":
+        return None
+    return str(tmp_path / "runs.sqlite") if request.param == "sqlite" else request.getfixturevalue("postgres_url")
+
+
+def open_saver(database):
+    if database is None:
+        return _Kept(InMemorySaver())
+    return open_checkpointer(database)
+
+
+class _Kept:
+    def __init__(self, saver):
+        self.saver = saver
+
+    def __enter__(self):
+        return self.saver
+
+    def __exit__(self, *exc):
+        return None
+
+
+def respond(messages):
+    """Call the gate once, then answer."""
+    if any(isinstance(m, ToolMessage) for m in messages):
+        return "done"
+    return tool_call("hang", {"seconds": 1})
+
+
+def gated_agent(saver, gate, **config):
+    model = ScriptedChatModel(respond=respond)
+    return build_agent(
+        model, [gate.tool, add], config=AgentConfig(tool_timeout_s=30, **config), checkpointer=saver
+    ), model
+
+
+def in_background(call):
+    """Run `call` in a thread; returns the thread and a list that gets its result or exception."""
+    outcome = []
+
+    def run():
+        try:
+            outcome.append(call())
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, outcome
+
+
+def test_a_second_run_of_a_thread_while_one_runs_is_refused_and_changes_nothing(database, gate):
+    with open_saver(database) as saver:
+        agent, _ = gated_agent(saver, gate)
+        other, other_model = gated_agent(saver, gate)
+        thread = new_thread()
+        runner, outcome = in_background(lambda: agent.invoke({"task": "wait"}, thread))
+        assert gate.entered.wait(10)
+        saved = len(list(saver.list(thread)))
+        for second in ({"task": "another"}, None):
+            with pytest.raises(ThreadBusyError, match="is being run by another"):
+                other.invoke(second, thread)
+        with pytest.raises(ThreadBusyError):
+            other.update_state(thread, {"iterations_left": 99})
+        assert other_model.calls == []
+        assert len(list(saver.list(thread))) == saved
+        gate.released.set()
+        runner.join(10)
+        assert outcome[0]["finish_reason"] == "answered"
+        # The lease is given back: the thread takes a new task.
+        gate.entered.clear()
+        assert other.invoke({"task": "again"}, thread)["finish_reason"] == "answered"
+
+
+def test_a_run_built_to_wait_for_its_thread_runs_once_the_other_run_ends(database, gate):
+    with open_saver(database) as saver:
+        agent, _ = gated_agent(saver, gate)
+        patient, _ = gated_agent(saver, gate, thread_wait_s=20)
+        thread = new_thread()
+        first, first_outcome = in_background(lambda: agent.invoke({"task": "wait"}, thread))
+        assert gate.entered.wait(10)
+        second, second_outcome = in_background(lambda: patient.invoke({"task": "next"}, thread))
+        time.sleep(0.3)
+        assert second_outcome == []  # still waiting
+        gate.released.set()
+        first.join(10)
+        second.join(20)
+        assert first_outcome[0]["finish_reason"] == second_outcome[0]["finish_reason"] == "answered"
+        tasks = [snapshot.values.get("task") for snapshot in agent.get_state_history(thread)]
+        assert tasks[0] == "next" and "wait" in tasks  # one history: the second run continued the first's
+
+
+def test_runs_of_different_threads_do_not_wait_for_each_other(database, gate):
+    with open_saver(database) as saver:
+        agent, _ = gated_agent(saver, gate)
+        runner, outcome = in_background(lambda: agent.invoke({"task": "wait"}, new_thread()))
+        assert gate.entered.wait(10)
+        model = ScriptedChatModel(replies=[tool_call("add", {"a": 1, "b": 2}), "3"])
+        free = build_agent(model, [add], checkpointer=saver)
+        assert free.invoke({"task": "add"}, new_thread())["final_answer"] == "3"
+        gate.released.set()
+        runner.join(10)
+        assert outcome[0]["finish_reason"] == "answered"
+
+
+def test_the_lease_is_given_back_when_a_run_fails(tmp_path):
+    with open_checkpointer(tmp_path / "runs.sqlite") as saver:
+        failing = build_agent(ScriptedChatModel(replies=[RuntimeError("model down")]), [add], checkpointer=saver)
+        thread = new_thread()
+        with pytest.raises(RuntimeError, match="model down"):
+            failing.invoke({"task": "add"}, thread)
+        with sqlite3.connect(tmp_path / "runs.sqlite") as conn:
+            assert conn.execute(f"SELECT count(*) FROM {LEASES_TABLE}").fetchone() == (0,)
+        working = build_agent(ScriptedChatModel(replies=["3"]), [add], checkpointer=saver)
+        assert working.invoke({"task": "add"}, thread)["final_answer"] == "3"
+
+
+def test_an_agent_run_as_a_subgraph_leaves_its_thread_to_the_parents_run(tmp_path):
+    with open_checkpointer(tmp_path / "runs.sqlite") as saver:
+        inner = build_agent(ScriptedChatModel(replies=["inside"]), [add], checkpointer=saver)
+        parent = StateGraph(AgentState)
+        parent.add_node("agent", inner)
+        parent.add_edge(START, "agent")
+        assert parent.compile(checkpointer=saver).invoke({"task": "go"}, new_thread())["final_answer"] == "inside"
+
+
+HOLDER = """
+import sys
+from reinloop.checkpoint import open_checkpointer
+from reinloop.lease import hold_thread
+with open_checkpointer(sys.argv[1]) as saver, hold_thread(saver, sys.argv[2], 0):
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+@pytest.mark.parametrize("reaped", [True, False], ids=["reaped", "zombie"])
+def test_a_lease_held_by_another_process_refuses_and_is_taken_over_once_that_process_is_killed(
+    database, tmp_path, reaped
+):
+    if database is None:
+        pytest.skip("a saver in memory is one process's")
+    thread = f"t-{time.time_ns()}"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, database, thread],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with open_checkpointer(database) as saver:
+            with (
+                pytest.raises(ThreadBusyError, match=f"{thread!r} is being run by another process"),
+                hold_thread(saver, thread, 0),
+            ):
+                pass
+            holder.send_signal(signal.SIGKILL)
+            if reaped:
+                holder.wait(10)
+            else:
+                _wait_for_zombie(holder.pid)
+            # PostgreSQL ends the killed process's session, and its lock, once it sees the connection drop.
+            with hold_thread(saver, thread, 10):
+                pass
+    finally:
+        holder.kill()
+        holder.wait(10)
+
+
+def _wait_for_zombie(pid):
+    for _ in range(500):
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        if state == "Z":
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} did not die")
+
+
+async def test_a_second_async_run_of_a_thread_is_refused(tmp_path, gate):
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "runs.sqlite")) as saver:
+        agent, _ = gated_agent(saver, gate)
+        thread = new_thread()
+        first = asyncio.create_task(agent.ainvoke({"task": "wait"}, thread))
+        while not gate.entered.is_set():
+            await asyncio.sleep(0.01)
+        with pytest.raises(ThreadBusyError):
+            await agent.ainvoke(None, thread)
+        gate.released.set()
+        assert (await first)["finish_reason"] == "answered"
+        gate.entered.clear()
+        assert (await agent.ainvoke({"task": "again"}, thread))["finish_reason"] == "answered"
