@@ -19,13 +19,24 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, aclosing
 from functools import partial, wraps
-from typing import Annotated, Any, Final, Literal, TypeAlias, TypeVar, get_args, get_origin, get_type_hints
+from typing import (
+    Annotated,
+    Any,
+    Final,
+    Literal,
+    NamedTuple,
+    TypeAlias,
+    TypeVar,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableConfig, ensure_config
 from langchain_core.runnables.config import merge_configs
 from langchain_core.tools import BaseTool
-from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
@@ -37,7 +48,7 @@ from reinloop.breakers import steps_to_stop
 from reinloop.checkpoint import check_checkpointer
 from reinloop.config import MAX_PARSE_RETRIES, AgentConfig, round_steps
 from reinloop.context import AgentContext
-from reinloop.errors import ConfigurationError
+from reinloop.errors import ConfigurationError, ResumeError
 from reinloop.lease import ahold_thread, hold_thread
 from reinloop.models import is_transient, resolve_model
 from reinloop.nodes import (
@@ -71,6 +82,7 @@ __all__ = [
     "EXECUTE_TOOL",
     "OBSERVE",
     "RECURSION_LIMIT_TEMPLATE",
+    "UNKNOWN_THREAD_TEMPLATE",
     "VALIDATE_ARGS",
     "CompiledAgent",
     "NodeName",
@@ -102,6 +114,10 @@ def recursion_limit(rounds: int) -> int:
     return (rounds + 1) * MAX_STEPS_PER_ROUND
 
 
+UNKNOWN_THREAD_TEMPLATE = (
+    "thread {thread!r} has no saved state to continue: invoke the agent with a task ({{'task': ...}}), or check "
+    "the thread id and the checkpointer"
+)
 RECURSION_LIMIT_TEMPLATE = (
     "recursion_limit={limit} cannot hold one round of this agent and a circuit break ({steps} LangGraph steps): "
     "invoke it with a recursion_limit of at least {steps}, or none to use the agent's own"
@@ -337,43 +353,49 @@ class _Agent(CompiledStateGraph[RunState, None, Any, AgentState]):
 
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[Any]:
         runs = super().stream(_checked(input), self._holds_a_round(config), **kwargs)
-        saver, thread = self._written(config)
-        return runs if thread is None else _leased(runs, hold_thread(saver, thread, self.thread_wait_s))
+        written = self._written(config)
+        if written is None:
+            return runs
+        return _leased(runs, hold_thread(written.saver, written.thread, self.thread_wait_s), written, _continues(input))
 
     def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AsyncIterator[Any]:
         runs = super().astream(_checked(input), self._holds_a_round(config), **kwargs)
-        saver, thread = self._written(config)
-        return runs if thread is None else _aleased(runs, ahold_thread(saver, thread, self.thread_wait_s))
+        written = self._written(config)
+        if written is None:
+            return runs
+        lease = ahold_thread(written.saver, written.thread, self.thread_wait_s)
+        return _aleased(runs, lease, written, _continues(input))
 
     def bulk_update_state(self, config: RunnableConfig, supersteps: Sequence[Sequence[StateUpdate]]) -> RunnableConfig:
-        saver, thread = self._written(config)
-        if thread is None:
+        written = self._written(config)
+        if written is None:
             return super().bulk_update_state(config, supersteps)
-        with hold_thread(saver, thread, self.thread_wait_s):
+        with hold_thread(written.saver, written.thread, self.thread_wait_s):
             return super().bulk_update_state(config, supersteps)
 
     async def abulk_update_state(
         self, config: RunnableConfig, supersteps: Sequence[Sequence[StateUpdate]]
     ) -> RunnableConfig:
-        saver, thread = self._written(config)
-        if thread is None:
+        written = self._written(config)
+        if written is None:
             return await super().abulk_update_state(config, supersteps)
-        async with ahold_thread(saver, thread, self.thread_wait_s):
+        async with ahold_thread(written.saver, written.thread, self.thread_wait_s):
             return await super().abulk_update_state(config, supersteps)
 
-    def _written(self, config: RunnableConfig | None) -> tuple[Any, str | None]:
+    def _written(self, config: RunnableConfig | None) -> _Written | None:
         """The saver and thread a run writes, when it must hold the thread's lease (`reinloop.lease`): not
         without a saver of its own (none, or LangGraph Server's, given at run time, whose run queue already
         runs one run of a thread at a time), nor as a subgraph, whose parent's run writes the thread."""
-        configurable = merge_configs(self.config, config).get("configurable") or {}
+        merged = merge_configs(self.config, config)
+        configurable = merged.get("configurable") or {}
         thread = configurable.get("thread_id")
         if (
             not isinstance(self.checkpointer, BaseCheckpointSaver)
             or configurable.get("checkpoint_ns")
             or thread is None
         ):
-            return None, None
-        return self.checkpointer, str(thread)
+            return None
+        return _Written(self.checkpointer, str(thread), merged)
 
     def _holds_a_round(self, config: RunnableConfig | None) -> RunnableConfig | None:
         limit = ensure_config(merge_configs(self.config, config))["recursion_limit"]
@@ -382,19 +404,46 @@ class _Agent(CompiledStateGraph[RunState, None, Any, AgentState]):
         return config
 
 
-def _leased(runs: Iterator[Any], lease: AbstractContextManager[None]) -> Iterator[Any]:
+class _Written(NamedTuple):
+    saver: BaseCheckpointSaver[Any]
+    thread: str
+    config: RunnableConfig
+
+
+def _leased(
+    runs: Iterator[Any], lease: AbstractContextManager[None], written: _Written, continues: bool
+) -> Iterator[Any]:
+    """`runs`, run while holding the thread's `lease`; a run that continues the thread needs it saved."""
     with lease:
+        if continues:
+            _must_be_saved(written.saver.get_tuple(written.config), written.thread)
         yield from runs
 
 
-async def _aleased(runs: AsyncIterator[Any], lease: AbstractAsyncContextManager[None]) -> AsyncIterator[Any]:
+async def _aleased(
+    runs: AsyncIterator[Any], lease: AbstractAsyncContextManager[None], written: _Written, continues: bool
+) -> AsyncIterator[Any]:
+    """`_leased` under astream."""
     async with lease, aclosing(runs):  # type: ignore[type-var]
+        if continues:
+            _must_be_saved(await written.saver.aget_tuple(written.config), written.thread)
         async for chunk in runs:
             yield chunk
 
 
+def _continues(input: Any) -> bool:
+    """Whether a run with `input` continues a saved thread rather than starting a task."""
+    return input is None or isinstance(input, Command)
+
+
+def _must_be_saved(saved: CheckpointTuple | None, thread: str) -> None:
+    # LangGraph would raise its EmptyInputError ("Received no input for __start__"), which names no thread.
+    if saved is None:
+        raise ResumeError(UNKNOWN_THREAD_TEMPLATE.format(thread=thread))
+
+
 def _checked(input: Any) -> Any:
-    return input if input is None or isinstance(input, Command) else read_input(input)
+    return input if _continues(input) else read_input(input)
 
 
 def _context(

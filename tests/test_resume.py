@@ -10,6 +10,7 @@ import pytest
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
 
 from reinloop import ConfigurationError, ResumeError, build_agent, resume
 from reinloop.checkpoint import open_checkpointer
@@ -174,3 +175,18 @@ def test_a_long_resume_budget_is_not_cut_short_by_langgraphs_recursion_limit():
     # 57 more rounds are far more LangGraph steps than a 3-round agent needs
     result = resume(agent, THREAD, extra_iterations=100)
     assert (result["finish_reason"], result["iteration"]) == ("answered", 61)
+
+
+@pytest.mark.parametrize("how", ["invoke", "ainvoke"])
+@pytest.mark.parametrize("input", [None, Command(resume="yes")], ids=["none", "command"])
+async def test_continuing_a_thread_that_was_never_saved_is_a_resume_error_naming_it(saver, how, input):
+    if how == "ainvoke" and not isinstance(saver, InMemorySaver):
+        pytest.skip("SqliteSaver runs sync only; AsyncSqliteSaver is tested in test_lease")
+    agent = build_agent(ScriptedChatModel(), [add], checkpointer=saver)
+    thread = {"configurable": {"thread_id": "never-ran"}}
+    with pytest.raises(ResumeError, match="thread 'never-ran' has no saved state to continue"):
+        if how == "invoke":
+            agent.invoke(input, thread)
+        else:
+            await agent.ainvoke(input, thread)
+    assert list(saver.list(thread)) == []
