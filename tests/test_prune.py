@@ -298,6 +298,29 @@ def test_a_reinloop_thread_keeps_its_messages_and_resumes_after_a_prune(database
         assert resume(agent, thread, extra_iterations=1)["final_answer"] == "done"
 
 
+def test_langgraphs_own_saver_apis_read_every_kept_checkpoint_of_a_reinloop_thread_after_a_prune(database):
+    """get_tuple, list, get_state_history and a resumed run, on the checkpoints prune kept and rewrote (the
+    window is a delta channel: a kept checkpoint whose ancestors went now stores a snapshot of it)."""
+    with open_checkpointer(database) as saver:
+        thread = broken_run(saver, rounds=6)
+        agent = agent_on(saver, ["done"], max_iterations=6)
+        history = ids(agent, thread)
+        middle = history[len(history) // 2]
+        mark(saver, at(thread, middle))
+        before = {cid: agent.get_state(at(thread, cid)).values for cid in history}
+
+        prune(saver, thread["configurable"]["thread_id"], keep=3)
+
+        kept = ids(agent, thread)
+        assert set(history[:3]) | {middle} <= set(kept) and len(kept) < len(history)
+        assert [item.config["configurable"]["checkpoint_id"] for item in saver.list(thread)] == kept
+        for cid in kept:
+            assert saver.get_tuple(at(thread, cid)).config["configurable"]["checkpoint_id"] == cid
+            assert agent.get_state(at(thread, cid)).values == before[cid]
+        assert [snapshot.values for snapshot in agent.get_state_history(thread)] == [before[cid] for cid in kept]
+        assert resume(agent, thread, extra_iterations=2)["final_answer"] == "done"
+
+
 @pytest.mark.parametrize("read", ["through the graph", "from the rows kept"])
 def test_a_channel_saved_as_deltas_keeps_its_value_at_every_kept_checkpoint(database, read):
     """Through the graph passed, the kept checkpoints store the channel's value; for a graph that has no such
@@ -321,6 +344,19 @@ def test_a_channel_saved_as_deltas_keeps_its_value_at_every_kept_checkpoint(data
         else:  # the latest, the marked one, and the ancestors back to each one's snapshot (one every 4 changes)
             assert 2 < report.kept == len(left) < len(history) - 2
         assert graph.invoke({"items": [10], "n": 5}, thread)["items"] == [*range(10), 10, 5, 6, 7, 8, 9]
+
+
+def test_a_saver_whose_tables_changed_is_not_pruned(tmp_path):
+    db = str(tmp_path / "runs.sqlite")
+    with open_checkpointer(db) as saver:
+        thread = broken_run(saver)
+        name = thread["configurable"]["thread_id"]
+    with sqlite3.connect(db) as conn:
+        conn.execute("ALTER TABLE writes RENAME COLUMN idx TO position")
+    counts = (len(rows(db, "checkpoints", name)), len(rows(db, "writes", name)))
+    with pytest.raises(ConfigurationError, match="table 'writes' lacks the columns idx"):
+        prune(db, name)
+    assert (len(rows(db, "checkpoints", name)), len(rows(db, "writes", name))) == counts
 
 
 def test_what_cannot_be_pruned_or_marked_is_a_clear_error(tmp_path):
