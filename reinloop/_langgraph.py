@@ -67,7 +67,7 @@ try:
     from langgraph._internal._runnable import RunnableCallable
     from langgraph._internal._scratchpad import PregelScratchpad
     from langgraph.channels import DeltaChannel
-    from langgraph.checkpoint.base import CheckpointMetadata
+    from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointMetadata
     from langgraph.checkpoint.serde.types import _DeltaSnapshot as DeltaSnapshot
     from langgraph.graph.message import _messages_delta_reducer as messages_delta_reducer
     from langgraph.graph.state import CompiledStateGraph
@@ -104,6 +104,13 @@ def _check_shapes() -> None:
     _check(
         {"reducer", "snapshot_frequency"} <= set(_parameters(DeltaChannel)),
         "DeltaChannel no longer takes a reducer and a snapshot_frequency",
+    )
+    # prune rebuilds a delta channel's value from the saver's history of it: the seed and the writes since.
+    _check(
+        all(callable(getattr(DeltaChannel, name, None)) for name in ("from_checkpoint", "replay_writes", "get"))
+        and callable(history := getattr(BaseCheckpointSaver, "get_delta_channel_history", None))
+        and {"config", "channels"} <= set(_parameters(history)),
+        "a delta channel can no longer be rebuilt from its saved history (get_delta_channel_history, replay_writes)",
     )
     _check(
         getattr(DeltaSnapshot, "_fields", None) == ("value",),

@@ -62,6 +62,8 @@ CHANGES = {
         "class _DeltaSnapshot:\n    def __init__(self, value, version): pass\n"
         "m._DeltaSnapshot = _DeltaSnapshot"
     ),
+    "delta history gone": "import langgraph.checkpoint.base as m; del m.BaseCheckpointSaver.get_delta_channel_history",
+    "delta replay gone": "import langgraph.channels as m; del m.DeltaChannel.replay_writes",
     "delta counters renamed": (
         "import langgraph.checkpoint.base as m\n"
         "del m.CheckpointMetadata.__annotations__['counters_since_delta_snapshot']"
