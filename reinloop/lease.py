@@ -4,8 +4,9 @@ Two runs continuing one thread at once would each run every remaining step (with
 idempotency keys) and fork its history. So a run takes the thread's lease before its first step and gives it
 back when it ends; a second writer gets `ThreadBusyError`, or waits for the lease if it was built to.
 
-- PostgreSQL (`PostgresSaver`, `AsyncPostgresSaver`): a session-level advisory lock, on a connection of its
-  own held for the run. The server drops it with the session, so a killed process leaves none behind.
+- PostgreSQL (`PostgresSaver`, `AsyncPostgresSaver`): a session-level advisory lock, on the saver's connection
+  (or, for a pool or an async saver, on a connection of its own held for the run). The server drops it with
+  the session, so a killed process leaves none behind.
 - SQLite (`SqliteSaver`, `AsyncSqliteSaver` on a file): a row of `reinloop_leases` naming the holder process
   (host, pid, start time). A lease whose holder no longer runs on this host is taken over.
 - Every saver, in one process: a lock per database and thread (the only lease of an `InMemorySaver`, an
@@ -124,10 +125,8 @@ def _lease(saver: BaseCheckpointSaver[Any], sqlite_path: str | None, thread_id: 
     local = _LocalLease(_database_key(saver, sqlite_path), thread_id)
     if sqlite_path:
         return _Layered(local, _SqliteLease(sqlite_path, thread_id))
-    conninfo = _postgres_conninfo(saver)
-    if conninfo is not None:
-        return _Layered(local, _PostgresLease(conninfo, thread_id))
-    return local
+    shared = _postgres_lease(saver, thread_id)
+    return local if shared is None else _Layered(local, shared)
 
 
 def _database_key(saver: BaseCheckpointSaver[Any], sqlite_path: str | None) -> Hashable:
@@ -270,21 +269,23 @@ class _SqliteLease:
 # -- PostgreSQL -------------------------------------------------------------------------------------------
 
 
-def _postgres_conninfo(saver: BaseCheckpointSaver[Any]) -> tuple[str, dict[str, Any]] | None:
-    """How to open a connection to a PostgreSQL saver's database (its connection string and options); None
-    for another saver."""
+def _postgres_lease(saver: BaseCheckpointSaver[Any], thread_id: str) -> _Lease | None:
+    """The advisory-lock lease of a PostgreSQL saver; None for another saver."""
     try:
         from langgraph.checkpoint.postgres import PostgresSaver
         from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+        from psycopg import Connection
     except ImportError:  # the postgres extra is not installed, so no saver can be one
         return None
+    if isinstance(saver, PostgresSaver) and isinstance(saver.conn, Connection) and saver.pipe is None:
+        return _PostgresLease(saver, thread_id)
     if not isinstance(saver, PostgresSaver | AsyncPostgresSaver):
         return None
     conn: Any = saver.conn
     if hasattr(conn, "conninfo"):  # a pool
-        return conn.conninfo, dict(conn.kwargs)
+        return _OwnSessionLease((conn.conninfo, dict(conn.kwargs)), thread_id)
     info = conn.info
-    return info.dsn, {"password": info.password} if info.password else {}
+    return _OwnSessionLease((info.dsn, {"password": info.password} if info.password else {}), thread_id)
 
 
 _PG_HOLDER_SQL = """
@@ -294,46 +295,76 @@ WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s::bigint::oid AND 
 
 
 class _PostgresLease:
-    """A session-level advisory lock on a key made from the thread id, on a connection held for the run."""
+    """A session-level advisory lock on a key made from the thread id, taken on the saver's own connection (a
+    `PostgresSaver` on one connection), whose session ends with the process."""
 
-    def __init__(self, conninfo: tuple[str, dict[str, Any]], thread_id: str) -> None:
-        self.conninfo = conninfo
+    def __init__(self, saver: Any, thread_id: str) -> None:
+        self.saver = saver
         # Advisory locks take a bigint; 64 bits of a digest make two threads' keys collide with odds of 2^-64.
         digest = hashlib.sha256(f"reinloop-thread:{thread_id}".encode()).digest()
         self.key = int.from_bytes(digest[:8], "big", signed=True)
-        self.conn: Any = None
         self.holder: str | None = None
 
     def take(self) -> bool:
+        with self.saver.lock:  # LangGraph's threads in this process use the same connection
+            return self._try(self.saver.conn)
+
+    def give_back(self) -> None:
         import psycopg
+
+        try:
+            with self.saver.lock:
+                self._query(self.saver.conn, "SELECT pg_advisory_unlock(%s)", (self.key,))
+        except psycopg.OperationalError:  # the session is gone, and its locks with it
+            pass
+
+    def _try(self, conn: Any) -> bool:
+        row = self._query(conn, "SELECT pg_try_advisory_lock(%s)", (self.key,))
+        if row is not None and row[0]:
+            return True
+        # A bigint key is listed in pg_locks as two oids.
+        holder = self._query(conn, _PG_HOLDER_SQL, ((self.key >> 32) & 0xFFFFFFFF, self.key & 0xFFFFFFFF))
+        self.holder = None if holder is None else f"database session {holder[0]} from {holder[1]}"
+        return False
+
+    @staticmethod
+    def _query(conn: Any, query: str, params: tuple[Any, ...]) -> Any:
         from psycopg.rows import tuple_row
 
+        with conn.cursor(row_factory=tuple_row) as cursor:
+            cursor.execute(query, params)
+            return cursor.fetchone()
+
+
+class _OwnSessionLease(_PostgresLease):
+    """The advisory lock on a connection of its own, held for the run: for a saver on a pool or an async
+    saver, whose connections the lease cannot hold or use from a worker thread. Costs a connection a run."""
+
+    def __init__(self, conninfo: tuple[str, dict[str, Any]], thread_id: str) -> None:
+        super().__init__(None, thread_id)
+        self.conninfo = conninfo
+        self.conn: Any = None
+
+    def take(self) -> bool:
+        import psycopg
+
         dsn, options = self.conninfo
-        conn = psycopg.connect(dsn, **{**options, "autocommit": True, "row_factory": tuple_row})
+        conn = psycopg.connect(dsn, **{**options, "autocommit": True})
         try:
-            row = conn.execute("SELECT pg_try_advisory_lock(%s)", (self.key,)).fetchone()
+            taken = self._try(conn)
         except BaseException:
             conn.close()
             raise
-        if row is not None and row[0]:
+        if taken:
             self.conn = conn
-            return True
-        self.holder = self._holder(conn)
-        conn.close()
-        return False
-
-    def _holder(self, conn: Any) -> str | None:
-        """The database session holding the lock, as PostgreSQL lists it: a bigint key is split in two oids."""
-        halves = ((self.key >> 32) & 0xFFFFFFFF, self.key & 0xFFFFFFFF)
-        row = conn.execute(_PG_HOLDER_SQL, halves).fetchone()
-        return None if row is None else f"database session {row[0]} from {row[1]}"
+        else:
+            conn.close()
+        return taken
 
     def give_back(self) -> None:
         conn, self.conn = self.conn, None
-        if conn is None:
-            return
-        # Closing the session ends its advisory locks, whatever state the connection is in.
-        conn.close()
+        if conn is not None:
+            conn.close()  # closing the session ends its advisory locks, whatever state the connection is in
 
 
 # -- processes --------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from langgraph.graph import START, StateGraph
 
 from reinloop import AgentConfig, ThreadBusyError, build_agent
 from reinloop.checkpoint import open_checkpointer
-from reinloop.lease import LEASES_TABLE, hold_thread
+from reinloop.lease import LEASES_TABLE, ahold_thread, hold_thread
 from reinloop.state import AgentState
 from reinloop.testing import ScriptedChatModel, tool_call
 from tests.conftest import add, new_thread
@@ -226,3 +226,28 @@ async def test_a_second_async_run_of_a_thread_is_refused(tmp_path, gate):
         assert (await first)["finish_reason"] == "answered"
         gate.entered.clear()
         assert (await agent.ainvoke({"task": "again"}, thread))["finish_reason"] == "answered"
+
+
+async def test_postgres_savers_on_a_connection_a_pool_and_async_share_a_threads_lease(postgres_url):
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+    from psycopg.rows import dict_row
+    from psycopg_pool import ConnectionPool
+
+    thread = f"t-{time.time_ns()}"
+    pool = ConnectionPool(postgres_url, kwargs={"autocommit": True, "row_factory": dict_row}, open=True)
+    async with AsyncPostgresSaver.from_conn_string(postgres_url) as asynchronous:
+        with pool, open_checkpointer(postgres_url) as connected:
+            pooled = PostgresSaver(pool)
+            for holder, other in [(connected, pooled), (pooled, connected)]:
+                with hold_thread(holder, thread, 0):
+                    with pytest.raises(ThreadBusyError, match="database session"), hold_thread(other, thread, 0):
+                        pass
+                    with pytest.raises(ThreadBusyError):
+                        async with ahold_thread(asynchronous, thread, 0):
+                            pass
+            async with ahold_thread(asynchronous, thread, 0):
+                with pytest.raises(ThreadBusyError), hold_thread(connected, thread, 0):
+                    pass
+            with hold_thread(connected, thread, 0), hold_thread(connected, f"{thread}-other", 0):
+                pass  # other threads are free
