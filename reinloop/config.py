@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import PydanticCustomError
 
 from reinloop.errors import ConfigurationError
+from reinloop.tools.execution import MAX_TIMEOUT_S, wait_problem
 
-__all__ = ["MAX_PARSE_RETRIES", "AgentConfig", "Durability", "LoopKey", "ProtocolName", "round_steps"]
+__all__ = ["MAX_BACKOFF_S", "MAX_PARSE_RETRIES", "AgentConfig", "Durability", "LoopKey", "ProtocolName", "round_steps"]
 
 # The built-in protocols, each a class in `reinloop.protocols.PROTOCOLS` (checked when that module loads).
 ProtocolName = Literal["tool_calling", "json", "react", "call_tool"]
@@ -23,6 +25,10 @@ LoopKey = Literal["call", "tool"]
 # More immediate retries of an unparsable reply than this only burn tokens; the bound also bounds the graph
 # steps a round can take.
 MAX_PARSE_RETRIES = 5
+# The longest backoff. A retry waits with time.sleep, which refuses a wait that ends past the monotonic clock's
+# limit (`threading.TIMEOUT_MAX` seconds after boot: OverflowError or EINVAL, raised out of the run); half of
+# it leaves room for 146 years of uptime.
+MAX_BACKOFF_S = MAX_TIMEOUT_S / 2
 
 
 def round_steps(parse_retries: int) -> int:
@@ -180,6 +186,16 @@ class AgentConfig(BaseModel):
         ),
     )
 
+    @field_validator("tool_timeout_s")
+    @classmethod
+    def _waitable_timeout(cls, seconds: float) -> float:
+        return _waitable(seconds, MAX_TIMEOUT_S)
+
+    @field_validator("tool_backoff_s", "tool_backoff_max_s", "model_retry_backoff_s")
+    @classmethod
+    def _waitable_backoff(cls, seconds: float) -> float:
+        return _waitable(seconds, MAX_BACKOFF_S)
+
     def __init__(self, **values: object) -> None:
         try:
             super().__init__(**values)
@@ -189,3 +205,10 @@ class AgentConfig(BaseModel):
                 for err in exc.errors()
             )
             raise ConfigurationError(f"invalid AgentConfig: {problems}") from None
+
+
+def _waitable(seconds: float, most: float) -> float:
+    # Checked here, not at the first wait, which would raise OverflowError out of the run.
+    if problem := wait_problem(seconds, most):
+        raise PydanticCustomError("wait_too_long", problem)
+    return seconds

@@ -4,6 +4,7 @@ text form and 10 MB outputs, in a thread and in a worker process, at node level 
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import re
 import signal
@@ -12,12 +13,15 @@ import sys
 import textwrap
 import threading
 import time
+import warnings
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Literal
 
 import pytest
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool, ToolException, tool
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import GraphInterrupt
 from langgraph.types import Command
 from pydantic import BaseModel, Field, ValidationError
@@ -25,7 +29,7 @@ from pydantic import BaseModel, Field, ValidationError
 from reinloop import AgentConfig, ConfigurationError, build_agent, idempotency_key
 from reinloop.nodes import execute_tool
 from reinloop.state import CallCheck
-from reinloop.testing import ScriptedChatModel, parallel_calls
+from reinloop.testing import ScriptedChatModel, parallel_calls, tool_call
 from reinloop.tools import (
     CalculatorTool,
     ToolExitError,
@@ -37,7 +41,8 @@ from reinloop.tools import (
     result_text,
     to_observation,
 )
-from reinloop.tools.execution import COMMAND_IN_PROCESS
+from reinloop.tools.execution import COMMAND_IN_PROCESS, MAX_TIMEOUT_S
+from reinloop.tools.results import refuse_lazy
 from tests.conftest import make_context, new_thread
 
 TEN_MB = 10_000_000
@@ -168,6 +173,42 @@ class TellsItsKey(BaseTool):
 
     def _run(self, n: int) -> str:
         return f"key {idempotency_key()}"
+
+
+async def _later() -> str:
+    return "done later"
+
+
+async def _numbers() -> AsyncIterator[int]:
+    yield 1
+
+
+class LazyInput(BaseModel):
+    kind: Literal["coroutine", "generator", "async-generator"]
+
+
+class ReturnsLazy(BaseTool):
+    """Returns its work instead of doing it: a sync tool that forgot an await, or made a generator."""
+
+    name: str = "returns_lazy"
+    description: str = "Return something lazy."
+    args_schema: type[BaseModel] = LazyInput
+
+    def _run(self, kind: str) -> Any:
+        if kind == "coroutine":
+            return _later()
+        if kind == "generator":
+            return (n for n in range(3))
+        return _numbers()
+
+
+class AwaitsLazy(ReturnsLazy):
+    """The same from an async tool, which ainvoke awaits on the event loop."""
+
+    name: str = "awaits_lazy"
+
+    async def _arun(self, kind: str) -> Any:
+        return self._run(kind)
 
 
 def registry(isolation: str, *tools: BaseTool, timeout_s: float | None = None) -> ToolRegistry:
@@ -330,6 +371,79 @@ def test_a_command_is_judged_in_the_agents_process_and_refused_from_a_worker(iso
     assert outcome["error_kind"] == error_kind and content in outcome["content"]
 
 
+# A tool driven by invoke (in a thread or a worker process) or by ainvoke (a sync tool in a thread, an async
+# tool on the event loop).
+LAZY_MODES = pytest.mark.parametrize(
+    ("tool_obj", "isolation", "driver"),
+    [
+        (ReturnsLazy(), "thread", "invoke"),
+        (ReturnsLazy(), "thread", "ainvoke"),
+        (AwaitsLazy(), "thread", "ainvoke"),
+        (ReturnsLazy(), "process", "invoke"),
+        (ReturnsLazy(), "process", "ainvoke"),
+    ],
+    ids=["thread", "thread-ainvoke", "async-tool-ainvoke", "process", "process-ainvoke"],
+)
+
+
+@LAZY_MODES
+@pytest.mark.parametrize(
+    ("kind", "says"),
+    [
+        ("coroutine", ["returned a coroutine (_later) that nothing awaits", "define the tool with async def"]),
+        ("generator", ["returned a generator (", "that nothing iterates", "return a list (list(...))"]),
+        ("async-generator", ["returned an async generator (_numbers) that nothing iterates", "[item async for"]),
+    ],
+    ids=["coroutine", "generator", "async-generator"],
+)
+def test_a_coroutine_or_generator_returned_instead_of_a_result_is_a_tool_error(tool_obj, isolation, driver, kind, says):
+    reg = ToolRegistry()
+    reg.add(tool_obj, isolation=isolation)
+    model = ScriptedChatModel(replies=[tool_call(tool_obj.name, {"kind": kind}), "done"])
+    agent = build_agent(model, reg, checkpointer=InMemorySaver())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if driver == "invoke":
+            result = agent.invoke({"task": "t"}, new_thread())
+        else:
+            result = asyncio.run(agent.ainvoke({"task": "t"}, new_thread()))
+        gc.collect()
+    (observation,) = [m for m in result["messages"] if isinstance(m, ToolMessage)]
+    assert observation.status == "error"
+    assert observation.content.startswith(f"Error: {tool_obj.name!r} failed")
+    assert all(text in observation.content for text in says), observation.content
+    assert result["consecutive_errors"] == 1  # not a success: the streak counts it
+    assert not [str(w.message) for w in caught if "never awaited" in str(w.message)]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [_later, lambda: (n for n in range(3)), _numbers],
+    ids=["coroutine", "generator", "async-generator"],
+)
+def test_refuse_lazy_closes_what_it_refuses(make):
+    lazy = make()
+    assert refuse_lazy(lazy) is not None
+    frame = getattr(lazy, "cr_frame", None) or getattr(lazy, "gi_frame", None) or getattr(lazy, "ag_frame", None)
+    assert frame is None  # closed: its code can no longer run
+
+
+@pytest.mark.parametrize(
+    "value", ["text", [1, 2], None, range(3), iter([1])], ids=["str", "list", "none", "range", "iterator"]
+)
+def test_refuse_lazy_lets_results_through(value):
+    assert refuse_lazy(value) is None
+
+
+def test_an_async_tool_is_still_awaited_under_ainvoke():
+    double = StructuredTool.from_function(coroutine=_double, name="double", description="Double n.")
+    model = ScriptedChatModel(replies=[tool_call("double", {"n": 21}), "42"])
+    agent = build_agent(model, [double])
+    result = asyncio.run(agent.ainvoke({"task": "double 21"}, new_thread()))
+    (observation,) = [m for m in result["messages"] if isinstance(m, ToolMessage)]
+    assert (observation.status, observation.content, result["consecutive_errors"]) == ("success", "42", 0)
+
+
 def test_a_result_the_gil_delayed_past_the_deadline_is_a_timeout():
     # The caller cannot wake while the regex holds the GIL (about 2 s here); when it does, the result is
     # there, and it is late.
@@ -437,6 +551,29 @@ def decorated(text: str) -> str:
 def test_policy_mistakes_are_configuration_errors(tool_obj, kwargs, message):
     with pytest.raises(ConfigurationError, match=re.escape(message)):
         ToolRegistry().add(tool_obj, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("timeout_s", "message"),
+    [
+        (float("inf"), "must be a finite number of seconds, at most"),
+        (float("nan"), "must be a finite number of seconds, at most"),
+        (1e10, "must be a finite number of seconds, at most"),
+        (threading.TIMEOUT_MAX, "must be a finite number of seconds, at most"),
+        (0, "must be positive"),
+    ],
+    ids=["inf", "nan", "1e10", "timeout-max", "zero"],
+)
+def test_a_tool_timeout_the_platform_cannot_wait_is_a_configuration_error(timeout_s, message):
+    # Accepted before, it raised OverflowError (ValueError for NaN) out of invoke at the tool's first call.
+    with pytest.raises(ConfigurationError, match=re.escape(f"timeout_s for tool 'backtracks' {message}")) as info:
+        ToolRegistry().add(Backtracks(), timeout_s=timeout_s)
+    assert "must be positive" in str(info.value) or f"at most {MAX_TIMEOUT_S:.0f} " in str(info.value)
+
+
+@ISOLATIONS
+def test_the_longest_tool_timeout_can_be_waited_for(isolation):
+    assert run(isolation, CalculatorTool(), {"expression": "1 + 1"}, timeout_s=MAX_TIMEOUT_S)["content"] == "2"
 
 
 # End to end ----------------------------------------------------------------------------------------------

@@ -9,11 +9,11 @@ is killed at the deadline, and nothing it does reaches the agent's process but t
 (`is_async_tool`) on the loop itself, as a task that is cancelled and abandoned at the deadline.
 
 Whatever happens inside a call (a result, an empty result, an exception, `sys.exit()`, a crash, a result
-without a text form, a timeout) comes back as a `ToolRun`: an error kind and plain text, decided where the
-tool ran, so the raw value never crosses a process boundary and nothing is re-raised in the agent. Only
-LangGraph control flow (`GraphBubbleUp`) and an interrupt of the caller's own thread pass through. The one
-raw value kept is a LangGraph `Command` returned in a thread, which execute_tool judges; a worker process
-reports one as an error.
+without a text form, a coroutine or generator returned instead of a result, a timeout) comes back as a
+`ToolRun`: an error kind and plain text, decided where the tool ran, so the raw value never crosses a process
+boundary and nothing is re-raised in the agent. Only LangGraph control flow (`GraphBubbleUp`) and an
+interrupt of the caller's own thread pass through. The one raw value kept is a LangGraph `Command` returned
+in a thread, which execute_tool judges; a worker process reports one as an error.
 """
 
 from __future__ import annotations
@@ -45,13 +45,14 @@ from pebble import ProcessExpired, ProcessFuture, ProcessPool
 from reinloop.drivers import Steps, adrive, drive, io
 from reinloop.state import ErrorKind
 from reinloop.tools.effects import IDEMPOTENCY_KEY
-from reinloop.tools.results import ResultCheck, UnshowableResultError, describe_error, result_text
+from reinloop.tools.results import ResultCheck, UnshowableResultError, describe_error, refuse_lazy, result_text
 
 if TYPE_CHECKING:
     from reinloop.tools.registry import RegisteredTool
 
 __all__ = [
     "ISOLATIONS",
+    "MAX_TIMEOUT_S",
     "POOL_WORKERS",
     "WORKER_WAIT_S",
     "Isolation",
@@ -66,6 +67,7 @@ __all__ = [
     "is_async_tool",
     "run_tool",
     "tool_steps",
+    "wait_problem",
 ]
 
 T = TypeVar("T")
@@ -82,6 +84,17 @@ POOL_WORKERS = 2
 # workers queue. The wait is bounded because an unbounded one could block interpreter exit, which joins
 # LangGraph's threads before atexit runs.
 WORKER_WAIT_S = 30.0
+# The longest timeout of one call. A call in a thread, and a worker's result, are waited for with thread
+# locks, which raise OverflowError when the wait starts if it is longer than `threading.TIMEOUT_MAX` (about
+# 292 years on 64-bit Linux); asyncio and pebble take any float. A worker's result is waited for WORKER_WAIT_S
+# longer than its call's timeout.
+MAX_TIMEOUT_S = threading.TIMEOUT_MAX - WORKER_WAIT_S
+# Why a wait setting is refused when the agent is built: inf, NaN, or longer than the platform can wait.
+WAIT_TOO_LONG_TEMPLATE = (
+    "must be a finite number of seconds, at most {most:.0f} (about {years:.0f} years, the longest this "
+    "platform can wait)"
+)
+_SECONDS_A_YEAR = 365.25 * 24 * 3600
 # The parts of a call's config that a worker process gets (plain strings; callbacks cannot cross).
 PORTABLE_KEYS = ("thread_id", IDEMPOTENCY_KEY)
 # The error of a process-isolated tool that returned a Command: its update could carry anything back.
@@ -112,6 +125,14 @@ class ToolExitError(Exception):
     """The call ended its thread with a BaseException that is not an Exception (`sys.exit()`, a
     KeyboardInterrupt of its own). Raised in its place: re-raised in the caller's thread, it would end the
     caller's process or be taken for the user's Ctrl-C."""
+
+
+def wait_problem(seconds: float, most: float = MAX_TIMEOUT_S) -> str | None:
+    """Why `seconds` cannot be a wait of at most `most` seconds (inf, NaN or more), or None: for settings,
+    checked when they are given rather than at the first wait."""
+    if seconds <= most:  # False for NaN, as for inf
+        return None
+    return WAIT_TOO_LONG_TEMPLATE.format(most=most, years=most / _SECONDS_A_YEAR)
 
 
 def run_tool(
@@ -181,6 +202,9 @@ def _settle_steps(
 ) -> Steps[ToolRun]:
     try:
         value = yield from io(partial(invoke_tool, tool, args, config), partial(tool.ainvoke, args, config))
+        # Before the result check, which could start a generator: a lazy value is no result whatever it holds.
+        if lazy := refuse_lazy(value):
+            return ToolRun("tool_error", lazy)
         if isinstance(value, Command):
             return ToolRun(None, "", command=value)
         if reason := check(value):

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from reinloop.errors import ConfigurationError
 from reinloop.text import truncate
-from reinloop.tools.execution import ISOLATIONS, Isolation
+from reinloop.tools.execution import ISOLATIONS, Isolation, wait_problem
 from reinloop.tools.injection import NO_INJECTION, Injection, injection_of
 from reinloop.tools.results import ResultCheck, reject_empty
 
@@ -175,6 +175,15 @@ def _policy(tool: BaseTool, defaults: dict[str, Any], **given: Any) -> dict[str,
     return policy
 
 
+def _check_timeout(name: str, timeout_s: float | None) -> None:
+    # Checked here, not at the first call, whose wait would raise OverflowError out of the run.
+    if timeout_s is None:
+        return
+    problem = "must be positive" if timeout_s <= 0 else wait_problem(timeout_s)
+    if problem:
+        raise ConfigurationError(f"timeout_s for tool {name!r} {problem}, got {timeout_s!r}")
+
+
 def _require_in_process(tool: BaseTool, injection: Injection) -> None:
     # The state, the store and the runtime (its stream writer, callbacks) live in the agent's process and
     # cannot be pickled to a worker; the call id could, but a worker returns only text.
@@ -253,8 +262,7 @@ class ToolRegistry:
             raise ConfigurationError(f"duplicate tool name {name!r}: every tool needs a unique name")
         if name in RESERVED_TOOL_NAMES:
             raise ConfigurationError(f"tool name {name!r} is reserved by reinloop; rename the tool")
-        if timeout_s is not None and timeout_s <= 0:
-            raise ConfigurationError(f"timeout_s for tool {name!r} must be positive, got {timeout_s!r}")
+        _check_timeout(name, timeout_s)
         schema, schema_json = _call_schema(lc_tool)
         own_schema = lc_tool.args_schema
         extra_args = (

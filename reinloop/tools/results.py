@@ -3,13 +3,15 @@
 A check takes the raw return value and returns None when it is acceptable, else a short reason that is
 shown to the model. Checks are chosen per tool in the `ToolRegistry`. `result_text` and `describe_error`
 turn any return value and any exception into text; they are the only places that call a tool's `__str__`,
-and neither lets an exception out that the caller does not expect.
+and neither lets an exception out that the caller does not expect. `refuse_lazy` turns a coroutine or
+generator that a tool returned instead of its result into the error that says so.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Coroutine, Generator, Mapping
 from typing import Any
 
 from langchain_core.messages import ToolMessage
@@ -21,6 +23,7 @@ __all__ = [
     "UnshowableResultError",
     "accept_any",
     "describe_error",
+    "refuse_lazy",
     "reject_empty",
     "result_text",
     "to_observation",
@@ -30,6 +33,27 @@ ResultCheck = Callable[[Any], str | None]
 
 # Texts that tools (and the seeds' mock tools) return when they found nothing but did not raise.
 _MEANINGLESS_TEXT = frozenset({"none", "null", "nil", "undefined", "[]", "{}", '""', "''", "n/a"})
+
+# Lazy values a tool returns by mistake instead of its result (a sync function that calls an async one
+# without await, a generator expression where a list was meant), each with how to fix the tool; the first
+# type that matches wins. {name} is the coroutine's or generator's own name.
+LAZY_RESULTS: tuple[tuple[type, str], ...] = (
+    (
+        Coroutine,
+        "it returned a coroutine ({name}) that nothing awaits, so its work never ran: define the tool with "
+        "async def, so that it is awaited, or await the coroutine inside an async def tool",
+    ),
+    (
+        AsyncGenerator,
+        "it returned an async generator ({name}) that nothing iterates, so its items were never made: collect "
+        "them in an async def tool ([item async for item in ...]) and return that list",
+    ),
+    (
+        Generator,
+        "it returned a generator ({name}) that nothing iterates, so its items were never made: return a list "
+        "(list(...)) or the value itself instead of a generator",
+    ),
+)
 
 
 class UnshowableResultError(ValueError):
@@ -92,6 +116,30 @@ def to_observation(value: Any) -> str:
         return result_text(value)
     except UnshowableResultError as exc:
         return f"[{exc}]"
+
+
+def refuse_lazy(value: Any) -> str | None:
+    """Why `value` is no result if it is a coroutine, an async generator or a generator, with how to fix the
+    tool, else None. Closes such a value: its work is dropped, and no 'never awaited' warning follows it."""
+    for lazy_type, template in LAZY_RESULTS:
+        if isinstance(value, lazy_type):
+            _close(value)
+            return template.format(name=getattr(value, "__qualname__", type(value).__name__))
+    return None
+
+
+def _close(lazy: Any) -> None:
+    # A cleanup that raises, or an async generator's that awaits (which cannot finish without an event loop,
+    # as an abandoned async generator's cannot), leaves the call the same error.
+    with contextlib.suppress(Exception):
+        if not isinstance(lazy, AsyncGenerator):
+            lazy.close()
+            return
+        closing = lazy.aclose()  # one step of it ends a cleanup that does not await (StopIteration)
+        try:
+            closing.send(None)
+        finally:
+            closing.close()
 
 
 def describe_error(exc: BaseException) -> str:
