@@ -6,6 +6,7 @@ from reinloop.checkpoint import open_checkpointer, sqlite_checkpointer
 from reinloop.config import AgentConfig
 from reinloop.draw import draw
 from reinloop.errors import (
+    CheckpointError,
     ConfigurationError,
     InputError,
     InvariantError,
@@ -28,6 +29,7 @@ __all__ = [
     "AgentConfig",
     "AgentInput",
     "AgentState",
+    "CheckpointError",
     "ConfigurationError",
     "DecisionProtocol",
     "FinishReason",

@@ -7,6 +7,7 @@ data in state and observations for the model. These classes are for developers a
 from __future__ import annotations
 
 __all__ = [
+    "CheckpointError",
     "ConfigurationError",
     "InputError",
     "InvariantError",
@@ -32,6 +33,12 @@ class ResumeError(ReinloopError):
 class ThreadBusyError(ReinloopError):
     """Another run is writing the thread (in this process or another): nothing was run or saved; run it again
     once that run has ended."""
+
+
+class CheckpointError(ReinloopError):
+    """The saved state cannot be read: the database file is not LangGraph's (another application's, or no
+    database at all), cannot be reached, or holds a damaged checkpoint. Nothing was changed; name another
+    database, or restore this one from a backup."""
 
 
 class PruneError(ReinloopError, LookupError):

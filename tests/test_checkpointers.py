@@ -1,5 +1,7 @@
-"""The same run, break and resume on every kind of checkpointer users deploy: memory, SQLite, PostgreSQL."""
+"""The same run, break and resume on every kind of checkpointer users deploy: memory, SQLite, PostgreSQL; and
+one clear error that changes nothing for a file that is not a checkpoint database or a damaged checkpoint."""
 
+import contextlib
 import logging
 
 import pytest
@@ -173,3 +175,170 @@ async def test_an_async_node_saves_only_the_keys_it_changes(tmp_path):
         assert _changed_keys_run(chunks) == [1, 0]
         async with saver.conn.execute(ERROR_ROWS, (thread["configurable"]["thread_id"],)) as cursor:
             assert await cursor.fetchone() == (2,)
+
+
+# A bad database file --------------------------------------------------------------------------------------
+
+
+def _foreign_database(path):
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
+    conn.execute("INSERT INTO users (name) VALUES ('ada')")
+    conn.commit()
+    conn.close()
+
+
+def _half_a_langgraph_database(path):
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE checkpoints (thread_id TEXT, checkpoint_id TEXT, checkpoint BLOB)")
+    conn.commit()
+    conn.close()
+
+
+# Files no checkpointer may open, written by `make(path)`, and what the error says about each.
+BAD_FILES = {
+    "random-bytes": (lambda path: path.write_bytes(bytes(range(256)) * 16), "not a SQLite database"),
+    "text": (lambda path: path.write_text("name,age\nada,36\n"), "not a SQLite database"),
+    "foreign-app": (
+        _foreign_database,
+        "another application's database (tables 'users'), without LangGraph's 'checkpoints' and 'writes'",
+    ),
+    "half-langgraph": (_half_a_langgraph_database, "it has no 'writes' table"),
+}
+
+
+def unchanged(path):
+    """What must stay the same in a file nothing may change: its bytes and its modification time."""
+    return path.read_bytes(), path.stat().st_mtime_ns
+
+
+@pytest.mark.parametrize("kind", list(BAD_FILES))
+@pytest.mark.parametrize("opener", ["sqlite_checkpointer", "open_checkpointer"])
+def test_a_file_that_is_not_a_checkpoint_database_is_refused_and_left_unchanged(tmp_path, kind, opener):
+    from reinloop import sqlite_checkpointer
+    from reinloop.errors import CheckpointError
+
+    make, message = BAD_FILES[kind]
+    path = tmp_path / "runs.sqlite"
+    make(path)
+    before = unchanged(path)
+    with pytest.raises(CheckpointError) as raised:
+        if opener == "sqlite_checkpointer":
+            sqlite_checkpointer(path)
+        else:
+            with open_checkpointer(path):
+                pass
+    assert str(path) in str(raised.value) and message in str(raised.value)
+    assert unchanged(path) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs.sqlite"]  # no -wal or -shm left beside it
+
+
+def test_a_folder_is_refused_as_a_checkpoint_database(tmp_path):
+    from reinloop import sqlite_checkpointer
+    from reinloop.errors import CheckpointError
+
+    with pytest.raises(CheckpointError, match="is a folder, not a SQLite database file"):
+        sqlite_checkpointer(tmp_path)
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(CheckpointError, match="cannot create or open the SQLite database"):
+        sqlite_checkpointer(tmp_path / "a-file" / "runs.sqlite")  # its folder is a file
+
+
+@pytest.mark.parametrize("kind", ["missing", "empty", "lease-only"])
+def test_a_missing_or_empty_file_becomes_a_new_checkpoint_database(tmp_path, kind):
+    """A lease-only file is left by a run on a saver that makes its tables lazily, stopped before its first step."""
+    import sqlite3
+
+    from reinloop import sqlite_checkpointer
+    from reinloop.lease import LEASES_TABLE
+
+    path = tmp_path / "new" / "runs.sqlite"
+    if kind != "missing":
+        path.parent.mkdir()
+        path.touch()
+    if kind == "lease-only":
+        with contextlib.closing(sqlite3.connect(path)) as conn:
+            conn.execute(f"CREATE TABLE {LEASES_TABLE} (thread_id TEXT PRIMARY KEY)")
+    saver = sqlite_checkpointer(path)
+    tables = {row[0] for row in saver.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    saver.conn.close()
+    assert {"checkpoints", "writes"} <= tables
+
+
+def test_an_unreachable_postgres_database_is_a_checkpoint_error_that_hides_the_password():
+    pytest.importorskip("langgraph.checkpoint.postgres")
+    from reinloop.errors import CheckpointError
+
+    with pytest.raises(CheckpointError) as raised, open_checkpointer("postgresql://ada:s3cret@127.0.0.1:9/runs"):
+        pass
+    message = str(raised.value)
+    assert message.startswith("cannot use the PostgreSQL database at postgresql://ada:***@127.0.0.1:9/runs: ")
+    assert "s3cret" not in message and "\n" not in message
+
+
+# A damaged checkpoint -------------------------------------------------------------------------------------
+
+LATEST = "(SELECT max(checkpoint_id) FROM checkpoints WHERE thread_id = :thread)"
+OLDEST = "(SELECT min(checkpoint_id) FROM checkpoints WHERE thread_id = :thread)"
+LAST_MESSAGE = "(SELECT max(rowid) FROM writes WHERE thread_id = :thread AND channel = 'messages')"
+# One damaged row each, as SQL run on a saved thread (`:thread`), and what reading it failed with before.
+DAMAGES = {
+    "truncated": f"UPDATE checkpoints SET checkpoint = substr(checkpoint, 1, length(checkpoint) / 2) "
+    f"WHERE thread_id = :thread AND checkpoint_id = {LATEST}",  # ValueError: unexpected end of file
+    "garbage": f"UPDATE checkpoints SET checkpoint = x'9367617262616765ff00' "
+    f"WHERE thread_id = :thread AND checkpoint_id = {LATEST}",  # TypeError in LangGraph: a list, not a record
+    "not-a-record": f"UPDATE checkpoints SET checkpoint = x'05' WHERE thread_id = :thread AND checkpoint_id = {LATEST}",
+    "metadata": f"UPDATE checkpoints SET metadata = '{{not json' "
+    f"WHERE thread_id = :thread AND checkpoint_id = {LATEST}",  # JSONDecodeError
+    "type-tag": f"UPDATE checkpoints SET type = 'weird' WHERE thread_id = :thread AND checkpoint_id = {LATEST}",
+    "ancestor": f"UPDATE checkpoints SET checkpoint = x'9367617262616765ff00' "
+    f"WHERE thread_id = :thread AND checkpoint_id = {OLDEST}",  # read rebuilding the delta-saved messages
+    "write": f"UPDATE writes SET value = x'c1c1' WHERE rowid = {LAST_MESSAGE}",  # ValueError: invalid type
+}
+
+
+def damage(path, thread_id, kind):
+    """Damage one row of the thread saved in the SQLite file at `path`, as `DAMAGES[kind]` says."""
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    assert conn.execute(DAMAGES[kind], {"thread": thread_id}).rowcount == 1
+    conn.commit()
+    conn.close()
+
+
+def saved_thread(path, thread_id):
+    """A short answered run on `thread_id`, saved in the SQLite file at `path` and closed."""
+    from reinloop import sqlite_checkpointer
+
+    saver = sqlite_checkpointer(path)
+    model = ScriptedChatModel(replies=[tool_call("add", {"a": 1, "b": 2}), "3"])
+    build_agent(model, [add], checkpointer=saver).invoke({"task": "add"}, {"configurable": {"thread_id": thread_id}})
+    saver.conn.close()
+
+
+@pytest.mark.parametrize("kind", list(DAMAGES))
+def test_a_damaged_checkpoint_is_a_checkpoint_error_naming_the_thread(tmp_path, kind):
+    from reinloop import sqlite_checkpointer
+    from reinloop.errors import CheckpointError
+    from reinloop.graph import agent_topology
+
+    path = tmp_path / "runs.sqlite"
+    saved_thread(path, "t-damaged")
+    saved_thread(path, "t-fine")
+    damage(path, "t-damaged", kind)
+    before = unchanged(path)
+    saver = sqlite_checkpointer(path)
+    agent, config = agent_topology(saver), {"configurable": {"thread_id": "t-damaged"}}
+    for read in (lambda: agent.get_state(config), lambda: list(agent.get_state_history(config))):
+        with pytest.raises(CheckpointError) as raised:
+            read()
+        assert "thread 't-damaged'" in str(raised.value) and str(path) in str(raised.value)
+        assert "damaged" in str(raised.value)
+    assert agent.get_state({"configurable": {"thread_id": "t-fine"}}).values["final_answer"] == "3"
+    saver.conn.close()
+    assert unchanged(path) == before

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.openai_server import ScriptedOpenAIServer
+from tests.test_checkpointers import BAD_FILES, damage, saved_thread, unchanged
 
 REINLOOP = str(Path(sys.executable).with_name("reinloop"))
 # The command must run the checkout under test, not whichever one the environment installed (editable).
@@ -295,3 +296,81 @@ def test_the_protocol_choices_are_the_registered_protocols(home):
 
     shown = cli("run", "--help", home=home)
     assert shown.returncode == 0 and "{" + ",".join(PROTOCOLS) + "}" in shown.stdout
+
+
+# A bad runs database: one line, exit code 2, the file as it was ---------------------------------------------
+
+
+def one_line_error(done, message):
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+@pytest.mark.parametrize("kind", list(BAD_FILES))
+@pytest.mark.parametrize("command", ["run", "show"])
+def test_a_file_that_is_not_a_runs_database_is_one_line_and_left_unchanged(server, home, kind, command):
+    make, message = BAD_FILES[kind]
+    path = home / "data.sqlite"
+    make(path)
+    before = unchanged(path)
+    args = ["run", "x", *run_args(server, "--thread", "t1")] if command == "run" else ["show", "t1"]
+    one_line_error(cli(*args, "--db", str(path), home=home), message)
+    assert unchanged(path) == before
+    assert not server.requests  # refused before the model was asked anything
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["show", "t1", "--db", "folder"], "folder is a folder, not a SQLite database file"),
+        (["run", "x", "--no-memory", "--db", "folder"], "folder is a folder, not a SQLite database file"),
+        (["run", "x", "--no-memory", "--db", "a-file/runs.sqlite"], "cannot create or open the SQLite database at"),
+        (["run", "x", "--no-memory", "--workspace", "a-file"], "workspace a-file is not a folder (a-file is a file)"),
+        (["run", "x", "--no-memory", "--workspace", "a-file/ws"], "workspace a-file/ws is not a folder (a-file is a"),
+        (["show", "t1", "--db", "postgresql://ada:s3cret@127.0.0.1:9/runs"],
+         "cannot use the PostgreSQL database at postgresql://ada:***@127.0.0.1:9/runs: "),
+    ],
+    ids=["show-db-folder", "run-db-folder", "db-in-a-file", "workspace-file", "workspace-in-a-file", "postgres-down"],
+)  # fmt: skip
+def test_a_database_or_workspace_of_the_wrong_kind_is_one_line(server, home, args, message):
+    (home / "folder").mkdir()
+    (home / "a-file").write_text("not a folder")
+    done = cli(*args, "--base-url", server.base_url, home=home) if args[0] == "run" else cli(*args, home=home)
+    one_line_error(done, message)
+    assert "s3cret" not in done.stderr
+    assert not (home / "runs.sqlite").exists() and not server.requests  # nothing opened, nothing asked
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["show", "t-damaged"],
+        ["show", "t-damaged", "--json"],
+        ["history", "t-damaged"],
+        ["resume", "t-damaged", "--no-memory"],
+        ["run", "again", "--thread", "t-damaged", "--no-memory", "--workspace", "ws"],
+        ["mark", "t-damaged"],
+        ["prune"],
+        ["prune", "--thread", "t-damaged"],
+    ],
+    ids=["show", "show-json", "history", "resume", "run", "mark", "prune", "prune-thread"],
+)
+def test_a_damaged_checkpoint_is_one_line_naming_the_thread_and_leaves_the_file_unchanged(server, home, args):
+    path = home / "runs.sqlite"
+    saved_thread(path, "t-damaged")
+    damage(path, "t-damaged", "truncated")
+    before = unchanged(path)
+    done = cli(*args, *(["--base-url", server.base_url] if args[0] == "run" else []), home=home)
+    thread = "" if args == ["prune"] else "thread 't-damaged' in "  # prune reads the rows without their thread
+    one_line_error(done, f"{thread}{path}")
+    assert "a damaged checkpoint" in done.stderr or "a saved checkpoint is damaged" in done.stderr
+    assert "ValueError: unexpected end of file" in done.stderr
+    assert unchanged(path) == before
+
+
+def test_a_damaged_memory_database_is_one_line_that_names_no_memory(server, home):
+    (home / "memory.sqlite").write_bytes(bytes(range(256)) * 16)
+    done = cli("run", "x", "--base-url", server.base_url, "--workspace", "ws", home=home)
+    one_line_error(done, f"the memory database {home / 'memory.sqlite'} cannot be opened (file is not a database)")
+    assert "--no-memory" in done.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sqlite3
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -17,9 +18,9 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command, Interrupt
 from rich.console import Console
 
-from reinloop.checkpoint import database_label, is_postgres_url, open_checkpointer
+from reinloop.checkpoint import database_label, is_postgres_url, is_unreadable, open_checkpointer
 from reinloop.cli import EXIT_CODES, CommandError, display, review
-from reinloop.errors import ReinloopError
+from reinloop.errors import CheckpointError, ReinloopError
 from reinloop.state import read_input
 
 __all__ = ["default_db", "evaluate", "graph", "history", "mark", "prune", "resume", "run", "show"]
@@ -34,6 +35,15 @@ DEFAULT_APPROVALS = ("file_write", "db_insert")
 INTERRUPTS_KEY = "__interrupt__"
 LIMITS = ("max_iterations", "error_threshold", "tool_timeout_s", "context_token_budget", "run_token_budget")
 RATES = ("fault_rate", "tool_fault_rate", "correct_rate", "runaway_rate", "stubborn_rate")
+WORKSPACE_TEMPLATE = "the workspace {workspace} is not a folder ({file} is a file); pass --workspace a folder"
+MEMORY_TEMPLATE = (
+    "the memory database {path} cannot be opened ({reason}); move it away, or pass --no-memory to run without "
+    "long-term memory"
+)
+PRUNE_DAMAGED_TEMPLATE = (
+    "prune stopped at a damaged checkpoint in {location} ({error}): its thread was left as it was (threads pruned "
+    "before it stay pruned); 'reinloop show THREAD' tells whether a thread is damaged"
+)
 
 
 def default_db() -> str | Path:
@@ -79,7 +89,7 @@ def resume(args: argparse.Namespace, console: Console) -> int:
 
 
 def _given(args: argparse.Namespace) -> dict[str, Any]:
-    workspace = str(args.workspace.resolve()) if args.workspace else None
+    workspace = str(_workspace(args.workspace).resolve()) if args.workspace else None
     approve = ",".join(args.approve) if args.approve else None
     return {"model": args.model, "base_url": args.base_url, "workspace": workspace, "protocol": args.protocol,
             "approve": approve, "preset": args.preset}  # fmt: skip
@@ -177,13 +187,22 @@ def _agent(args: argparse.Namespace, settings: dict[str, Any], db: _Database) ->
         # An option left out is None and overrides nothing.
         limits = {key: getattr(args, key) for key in LIMITS if getattr(args, key, None) is not None}
         config = layered_config(settings.get("preset"), chosen, limits)
-        workspace = Path(settings["workspace"] or "reinloop-workspace")
+        workspace = _workspace(settings["workspace"] or "reinloop-workspace")
         tools = default_toolset(workspace, model=chosen.model, weather_base_url=os.environ.get("REINLOOP_WEATHER_URL"))
         store = None if getattr(args, "no_memory", False) else _memory_store(stack, db.memory_path)
         approve = settings["approve"].split(",") if settings.get("approve") else DEFAULT_APPROVALS
         agent = build_agent(chosen.model, tools, config=config, checkpointer=db.saver, store=store,
                             protocol=chosen.decision_protocol, approve=approve)  # fmt: skip
         yield agent, settings
+
+
+def _workspace(given: str | Path) -> Path:
+    """The folder the tools work in, checked: neither it nor a folder above it may be a file."""
+    workspace = Path(given)
+    found = next((path for path in (workspace, *workspace.parents) if path.exists()), None)
+    if found is not None and not found.is_dir():
+        raise CommandError(WORKSPACE_TEMPLATE.format(workspace=workspace, file=found))
+    return workspace
 
 
 def _memory_store(stack: ExitStack, path: Path) -> Any:
@@ -193,8 +212,20 @@ def _memory_store(stack: ExitStack, path: Path) -> Any:
         store = sqlite_memory_store(path)
     except (ImportError, ReinloopError):
         return None  # the memory extra is not installed: summaries still work, recall does not
+    except _sqlite_errors() as exc:
+        raise CommandError(MEMORY_TEMPLATE.format(path=path, reason=exc)) from exc
     stack.callback(store.conn.close)
     return store
+
+
+def _sqlite_errors() -> tuple[type[Exception], ...]:
+    """sqlite3's errors, and pysqlite3's: the memory store opens its file with pysqlite3 where this Python's
+    sqlite3 cannot load extensions."""
+    try:
+        import pysqlite3.dbapi2
+    except ImportError:
+        return (sqlite3.Error,)
+    return sqlite3.Error, pysqlite3.dbapi2.Error
 
 
 # inspection ---------------------------------------------------------------------------------------------
@@ -241,8 +272,15 @@ def prune(args: argparse.Namespace, console: Console) -> int:
     with _database(args.db, must_exist=True) as db:
         known = [_checkpoint_ids(db, thread) for thread in args.threads or ()]
         keep_ids = [_resolved(given, [cid for ids in known for cid in ids]) for given in args.keep_ids]
-        report = prune_database(db.saver, args.threads, keep=args.keep, keep_ids=keep_ids, vacuum=args.vacuum,
-                                dry_run=args.dry_run)  # fmt: skip
+        try:
+            report = prune_database(db.saver, args.threads, keep=args.keep, keep_ids=keep_ids, vacuum=args.vacuum,
+                                    dry_run=args.dry_run)  # fmt: skip
+        except Exception as exc:
+            # prune reads the rows it keeps with the saver's serializer itself: a damaged one fails there.
+            if not is_unreadable(exc):
+                raise
+            error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+            raise CheckpointError(PRUNE_DAMAGED_TEMPLATE.format(location=db.location, error=error)) from exc
         display.prune_report(console, report, db.location)
     return 0
 
