@@ -7,6 +7,7 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from reinloop import AgentConfig
 from reinloop.eval import AGENTS, BUDGET, SUITE, FaultProfile, evaluate_suite, write_report
+from reinloop.eval.tasks import holds
 
 NO_FAULTS = FaultProfile(fault_rate=0.0, tool_fault_rate=0.0)
 
@@ -305,3 +306,21 @@ def test_a_real_models_prompt_tokens_count_the_tools_bound_to_it():
     tokens = TokenCounter()
     assert counter.calls == 2 and counter.tool_schema_tokens == tokens.tools([convert_to_openai_tool(add)]) > 0
     assert counter.prompt_tokens == 2 * tokens.messages(messages) + counter.tool_schema_tokens
+
+
+@pytest.mark.parametrize(
+    ("answer", "expect", "states"),
+    [
+        ("The result is 437.", "437", True),
+        ("437, as asked", "437", True),
+        ("4378", "437", False),
+        ("1437", "437", False),
+        ("437.5", "437", False),
+        ("0.437", "437", False),
+        ("About 8,848.86 metres.", "8,848.86", True),
+        ("Bonjour !", "bonjour", True),
+        ("On 29 May 1953.", "29 May 1953", True),
+    ],
+)
+def test_an_answer_states_a_number_only_as_a_whole_number(answer, expect, states):
+    assert holds(answer, expect) is states

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +34,7 @@ class EvalTask:
     row: tuple[str, dict[str, Any]] | None = field(default=None)  # (table, column values)
 
     def check(self, workspace: Path, final_answer: str | None) -> bool:
-        if self.expect is not None and (final_answer is None or self.expect.lower() not in final_answer.lower()):
+        if self.expect is not None and (final_answer is None or not holds(final_answer, self.expect)):
             return False
         if self.file is not None:
             path = workspace / self.file[0]
@@ -51,6 +52,17 @@ class EvalTask:
             if not found[0]:
                 return False
         return True
+
+
+def holds(answer: str, expect: str) -> bool:
+    """Whether `answer` states `expect` (case aside), a number as a whole number: 437 is not in 4378, 1437 or
+    437.5, where a plain substring test would find it."""
+    pattern = re.escape(expect.lower())
+    if expect[:1].isdigit():
+        pattern = r"(?<!\d)(?<!\d[.,])" + pattern
+    if expect[-1:].isdigit():
+        pattern += r"(?![\d]|[.,]\d)"
+    return re.search(pattern, answer.lower()) is not None
 
 
 def _calc(number: int, expression: str) -> EvalTask:
