@@ -14,7 +14,16 @@ from pydantic_core import PydanticCustomError
 from reinloop.errors import ConfigurationError
 from reinloop.tools.execution import MAX_TIMEOUT_S, wait_problem
 
-__all__ = ["MAX_BACKOFF_S", "MAX_PARSE_RETRIES", "AgentConfig", "Durability", "LoopKey", "ProtocolName", "round_steps"]
+__all__ = [
+    "DEFAULT_REPLY_TOKENS",
+    "MAX_BACKOFF_S",
+    "MAX_PARSE_RETRIES",
+    "AgentConfig",
+    "Durability",
+    "LoopKey",
+    "ProtocolName",
+    "round_steps",
+]
 
 # The built-in protocols, each a class in `reinloop.protocols.PROTOCOLS` (checked when that module loads).
 ProtocolName = Literal["tool_calling", "json", "react", "call_tool"]
@@ -29,6 +38,13 @@ MAX_PARSE_RETRIES = 5
 # limit (`threading.TIMEOUT_MAX` seconds after boot: OverflowError or EINVAL, raised out of the run); half of
 # it leaves room for 146 years of uptime.
 MAX_BACKOFF_S = MAX_TIMEOUT_S / 2
+# The default cap on one model reply. A decision is a tool call (a name, JSON arguments and a line of reasoning,
+# which is kept to thought_max_chars, 300) or a short final answer: tens to a few hundred tokens. 1,024 tokens
+# (about 4,000 characters of English) leave room for a file written in one call or an answer of a few
+# paragraphs, while a runaway stops at a sixth of the default context_token_budget (6,000), the prompt the
+# reply joins, instead of filling the model's context (uncapped, llama.cpp's server once generated 4,076 tokens,
+# 110 s, for one decision of the embedded model).
+DEFAULT_REPLY_TOKENS = 1_024
 
 
 def round_steps(parse_retries: int) -> int:
@@ -159,7 +175,28 @@ class AgentConfig(BaseModel):
         6_000, ge=500, description="Tokens one model call may be sent: system prompt, tools, memory, window."
     )
     run_token_budget: int | None = Field(
-        None, ge=1, description="Tokens a whole run may use (prompts and replies); None for no limit."
+        None,
+        ge=1,
+        description=(
+            "Tokens a whole run may use (prompts and replies, as the provider reports them; a reply it reports "
+            "no tokens for is counted with tiktoken); None for no limit."
+        ),
+    )
+    max_reply_tokens: int | None = Field(
+        DEFAULT_REPLY_TOKENS,
+        ge=1,
+        description=(
+            "Most tokens one model reply may have: a decision (a tool call or a short final answer) or a "
+            "summary. build_agent sends it with a model it sets up from a string ('openai:gpt-4o-mini'), as "
+            "the provider's output limit (OpenAI: max_completion_tokens; an OpenAI-compatible server, e.g. "
+            "OPENAI_BASE_URL: max_tokens as well; Ollama: num_predict); so does the reinloop command "
+            "(--model, --base-url), with this default. A model object you pass is used as you built it: give "
+            "it its own limit, e.g. ChatOpenAI(max_tokens=N, extra_body={'max_tokens': N}) for a server that "
+            "ignores max_completion_tokens (llama.cpp), ChatAnthropic(max_tokens=N), ChatOllama(num_predict=N). "
+            "A reply cut at any limit is never acted on: it is an unparsable reply, retried with a hint to "
+            "answer shorter. Reasoning models count their hidden reasoning in it: raise it for them. None: no "
+            "cap is sent."
+        ),
     )
     model_max_attempts: int = Field(
         3, ge=1, description="Attempts of a model call that fails with a transient (network) error."

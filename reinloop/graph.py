@@ -192,8 +192,10 @@ def build_agent(
     elif not isinstance(config, AgentConfig):
         raise ConfigurationError(f"config must be an AgentConfig, got {type(config).__name__}")
     registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
-    chat_model = resolve_model(model)
-    summarizer = resolve_model(summary_model) if summary_model is not None else chat_model
+    # A model string gets the reply cap, and so does the summarizer's: a summary (summary_max_chars) fits in it.
+    cap = config.max_reply_tokens
+    chat_model = resolve_model(model, max_reply_tokens=cap)
+    summarizer = resolve_model(summary_model, max_reply_tokens=cap) if summary_model is not None else chat_model
     saved = checkpointer is not None and checkpointer is not False
     approvals = approval_tools(registry, approve, has_checkpointer=saved)
     ctx = _context(chat_model, registry, config, get_protocol(config, protocol), summarizer, state_schema, approvals)

@@ -31,6 +31,7 @@ __all__ = [
     "ScriptExhaustedError",
     "ScriptedChatModel",
     "bind_as_provider",
+    "cut_reply",
     "json_action",
     "parallel_calls",
     "tool_call",
@@ -153,6 +154,14 @@ def parallel_calls(
             for (name, args), call_id in zip(calls, ids, strict=True)
         ],
     )
+
+
+def cut_reply(reply: AIMessage | str) -> AIMessage:
+    """`reply` as an OpenAI-style provider returns a reply its output limit cut (finish_reason "length"): the
+    agent never acts on one, whatever it holds."""
+    message = AIMessage(content=reply) if isinstance(reply, str) else reply
+    metadata = {**message.response_metadata, "finish_reason": "length"}
+    return message.model_copy(update={"response_metadata": metadata})
 
 
 def json_action(action: str, action_input: Any = None, *, thought: str = "") -> str:

@@ -10,7 +10,7 @@ from reinloop.nodes import check_finish, circuit_break, compress_memory, decide,
 from reinloop.nodes.check_finish import REFLECTION_TEMPLATE
 from reinloop.repeats import CACHED_RESULT_TEMPLATE
 from reinloop.state import CallCheck, CallRecord, ToolOutcome, act, answer, unparsable
-from reinloop.testing import ScriptedChatModel, json_action, tool_call
+from reinloop.testing import ScriptedChatModel, cut_reply, json_action, tool_call
 from reinloop.text import truncate
 from reinloop.tools import ToolRegistry, accept_any
 from tests.conftest import THREAD, add, explode, lookup, make_context
@@ -77,6 +77,32 @@ def test_decide_without_a_task_is_a_developer_error(task):
 
 
 # validate_args -------------------------------------------------------------------------------------------
+
+
+def test_decide_keeps_a_cut_reply_out_of_the_window_and_counts_its_reported_tokens():
+    usage = {"input_tokens": 120, "output_tokens": 1024, "total_tokens": 1144}
+    reply = cut_reply(
+        tool_call("add", {"a": 1, "b": 2}, content="I add. " * 300).model_copy(update={"usage_metadata": usage})
+    )
+    ctx = make_context(model=ScriptedChatModel(replies=[reply]))
+    update = frozen_call(decide, {"task": "t", "messages": []}, ctx, {})
+    assert update["decision"]["kind"] == "unparsable" and "messages" not in update  # the call never enters state
+    assert "cut off by the output limit at 1024 tokens" in update["decision"]["error"]
+    assert update["usage"]["completion_tokens"] == 1024 and update["last_call"]["source"] == "provider"
+
+
+def test_a_cut_reply_gets_the_parse_retry_with_a_hint_to_answer_shorter_then_counts_as_one_error():
+    ctx = make_context(
+        model=ScriptedChatModel(replies=[cut_reply(json_action("add", {"a": 1, "b": 2}))]), protocol="json"
+    )
+    decision = decide({"task": "t", "messages": []}, ctx, {})["decision"]
+    retry = frozen_call(validate_args, {"decision": decision, "parse_retries": 0}, ctx, THREAD)
+    assert retry["parse_retries"] == 1 and "write a shorter reply" in retry["correction"]
+    assert retry["checks"] == []  # nothing to run
+    spent = validate_args({"decision": decision, "parse_retries": 1}, ctx, THREAD)
+    assert spent["correction"] is None and spent["checks"] == []
+    update = observe({"decision": decision, "checks": [], "consecutive_errors": 0}, ctx)
+    assert update["consecutive_errors"] == 1 and "cut off by the output limit" in update["messages"][0].content
 
 
 def test_validate_args_unparsable_with_retry_left_sets_a_correction_hint():

@@ -1,3 +1,4 @@
+import enum
 import json
 from typing import get_args
 
@@ -9,14 +10,17 @@ from reinloop import AgentConfig, ConfigurationError, build_agent
 from reinloop.config import ProtocolName
 from reinloop.context import AgentContext
 from reinloop.protocols import (
+    CUT_REPLY_QUOTED_CHARS,
     PROTOCOLS,
     DecisionProtocol,
     JsonProtocol,
     ToolCallingProtocol,
+    cut_off,
     extract_json_object,
     get_protocol,
+    read_reply,
 )
-from reinloop.testing import ScriptedChatModel, json_action, parallel_calls, tool_call
+from reinloop.testing import ScriptedChatModel, cut_reply, json_action, parallel_calls, tool_call
 from reinloop.tools import ToolRegistry
 from tests.conftest import THREAD, add, lookup, make_agent
 
@@ -320,3 +324,110 @@ def test_tool_schema_tokens_are_counted_when_the_protocol_sends_the_tools(protoc
     assert bool(sent) == counted
     assert ctx.tool_tokens == (ctx.counter.tools(sent) if counted else 0)
     assert counted == (ctx.tool_tokens > 0)
+
+
+# a reply cut at the output limit ------------------------------------------------------------------------
+
+
+class FinishReason(enum.Enum):  # as Google's SDK reports a finish reason: an enum member
+    STOP = 1
+    MAX_TOKENS = 2
+
+
+@pytest.mark.parametrize(
+    "metadata, reason",
+    [
+        ({"finish_reason": "length"}, "length"),
+        ({"stop_reason": "max_tokens"}, "max_tokens"),
+        ({"stop_reason": "model_context_window_exceeded"}, "model_context_window_exceeded"),
+        ({"finish_reason": FinishReason.MAX_TOKENS}, "max_tokens"),
+        ({"finish_reason": "MAX_TOKENS"}, "max_tokens"),
+        ({"done_reason": "length"}, "length"),
+        ({"stopReason": "max_tokens"}, "max_tokens"),
+        ({"status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"}}, "max_output_tokens"),
+        ({"finish_reason": "stop"}, None),
+        ({"finish_reason": "tool_calls"}, None),
+        ({"stop_reason": "end_turn"}, None),
+        ({"stop_reason": "tool_use"}, None),
+        ({"finish_reason": FinishReason.STOP}, None),
+        ({"done_reason": "stop"}, None),
+        ({"stopReason": "end_turn"}, None),
+        ({"status": "incomplete", "incomplete_details": {"reason": "content_filter"}}, None),
+        ({}, None),
+    ],
+    ids=[
+        "openai",
+        "anthropic",
+        "anthropic-context",
+        "google-enum",
+        "google-name",
+        "ollama",
+        "bedrock",
+        "openai-responses",
+        "openai-stop",
+        "openai-tool-calls",
+        "anthropic-end",
+        "anthropic-tool-use",
+        "google-stop",
+        "ollama-stop",
+        "bedrock-end",
+        "openai-responses-filtered",
+        "unreported",
+    ],
+)
+def test_cut_off_reads_each_providers_report_of_a_reply_cut_at_its_output_limit(metadata, reason):
+    assert cut_off(AIMessage("some text", response_metadata=metadata)) == reason
+
+
+class AnythingGoes(DecisionProtocol):
+    """A custom protocol that reads every reply as a call of add."""
+
+    name = "anything"
+    expected_format = "anything"
+
+    def bind(self, model, registry):
+        return model
+
+    def instructions(self, registry):
+        return ""
+
+    def render(self, messages):
+        return list(messages)
+
+    def parse(self, reply, registry):
+        call = {"name": "add", "args": {"a": 1, "b": 2}, "id": "c1", "type": "tool_call"}
+        return {"kind": "act", "calls": [call], "answer": None, "raw": None, "error": None}, AIMessage(
+            "", tool_calls=[call]
+        )
+
+
+COMPLETE_CALLS = {
+    "tool_calling": tool_call("add", {"a": 1, "b": 2}),
+    "json": AIMessage(json_action("add", {"a": 1, "b": 2})),
+    "react": AIMessage('Thought: add them\nAction: add[{"a": 1, "b": 2}]'),
+    "call_tool": AIMessage('CALL_TOOL(add, {"a": 1, "b": 2})'),
+    "custom": AIMessage("whatever"),
+}
+
+
+@pytest.mark.parametrize("protocol", list(COMPLETE_CALLS))
+def test_a_reply_cut_at_the_output_limit_is_never_read_as_the_complete_call_it_seems_to_hold(protocol):
+    chosen = AnythingGoes() if protocol == "custom" else PROTOCOLS[protocol]()
+    whole, _ = read_reply(chosen, COMPLETE_CALLS[protocol], REGISTRY)
+    assert whole["kind"] == "act" and whole["calls"][0]["args"] == {"a": 1, "b": 2}
+    decision, stored = read_reply(chosen, cut_reply(COMPLETE_CALLS[protocol]), REGISTRY)
+    assert (decision["kind"], decision["calls"], stored) == ("unparsable", [], None)
+    assert decision["error"].startswith("it was cut off by the output limit, unfinished")
+    assert "write a shorter reply" in decision["error"]
+
+
+def test_a_cut_reply_is_quoted_by_its_start_with_its_calls_and_the_tokens_it_reached():
+    usage = {"input_tokens": 10, "output_tokens": 1024, "total_tokens": 1034}
+    long = cut_reply(AIMessage("I think " * 500, usage_metadata=usage))
+    decision, _ = read_reply(ToolCallingProtocol(), long, REGISTRY)
+    assert decision["raw"].startswith("I think I think") and len(decision["raw"]) < CUT_REPLY_QUOTED_CHARS + 40
+    assert "cut off by the output limit at 1024 tokens" in decision["error"]
+
+    call = AIMessage("", invalid_tool_calls=[{"name": "add", "args": '{"a": 1, "b', "id": "c", "error": None}])
+    decision, _ = read_reply(ToolCallingProtocol(), cut_reply(call), REGISTRY)
+    assert decision["raw"] == 'add({"a": 1, "b)'

@@ -5,10 +5,11 @@ recalls long-term memories from the store. Writes `decision`, `correction` (clea
 and, when the reply parses, `reflection` (cleared: the reflection turn is taken) and appends the reply to
 `messages` with its thought cut to `thought_max_chars`. Outcomes: an "act" or "answer" decision, or an
 "unparsable" one whose raw text (cut to RAW_KEPT_CHARS) stays out of the window (validate_args chooses
-between a retry and error feedback). A call whose arguments a checkpointer cannot store makes the reply
-unparsable, with an error naming the problem: nothing unstorable enters state, and all text from the model
-is cleaned of surrogates and NULs. Before the call it checks that every
-tool call in the window has its result, and cuts the prompt to the budget. A thread whose previous run
+between a retry and error feedback); a reply an output limit cut is unparsable whatever it holds
+(`read_reply`), and its tokens count like any other's. A call whose arguments a checkpointer cannot store
+makes the reply unparsable, with an error naming the problem: nothing unstorable enters state, and all text
+from the model is cleaned of surrogates and NULs. Before the call it checks that every tool call in the
+window has its result, and cuts the prompt to the budget. A thread whose previous run
 finished starts a new run here: its per-run counters are reset.
 """
 
@@ -29,6 +30,7 @@ from reinloop.memory.long_term import memory_namespace, recall_steps
 from reinloop.memory.usage import add_usage, call_usage
 from reinloop.memory.window import pairing_violations
 from reinloop.prompt import fit_to_budget
+from reinloop.protocols import read_reply
 from reinloop.state import FRESH_BUDGETS, NO_USAGE, RAW_KEPT_CHARS, AgentState, Decision, unparsable
 from reinloop.storable import MAX_ARGS_CHARS, MAX_DEPTH, args_problem, clean_text, clean_value, storage_problem
 from reinloop.text import truncate
@@ -74,7 +76,7 @@ def _decide(
     memories = yield from _recall(state, ctx, config, store)
     prompt, counted = build_prompt(state, ctx, memories)
     reply = yield from invoke(ctx.model, prompt)
-    decision, stored = _storable(*ctx.protocol.parse(reply, ctx.registry))
+    decision, stored = _storable(*read_reply(ctx.protocol, reply, ctx.registry))
     last_call = call_usage("decide", reply, counted, ctx.counter)
     usage = NO_USAGE if new_run else state.get("usage", NO_USAGE)
     update: dict[str, Any] = {"decision": decision, "correction": None}
