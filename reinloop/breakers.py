@@ -10,7 +10,8 @@ To add a finish reason:
 2. add one `Breaker` to `BREAKERS` below, where its priority puts it. Its template may use the placeholders
    `circuit_break` fills: {iteration}, {tokens}, {budget}, {errors}, {threshold}, {last_error},
    {max_repeats}, {loop_window}, {repeats}, {repeats_after_feedback}, {repeats_after_cache}, {horizon}, {repeated},
-   {tool_attempts}, {max_tool_attempts}, {round_steps}.
+   {tool_attempts}, {max_tool_attempts}, {round_steps}; and counts with their noun, singular for one ("1 round",
+   "2 rounds"): {rounds}, {error_count}, {tool_calls}, {times_after_feedback}, {times_after_cache}.
 Nothing else changes: the router sends every reason but `answered` to `circuit_break`, and the CLI reads the
 exit code from here. Importing this module checks that the table and `FinishReason` agree.
 """
@@ -107,40 +108,38 @@ BREAKERS: tuple[Breaker, ...] = (
     Breaker(
         "dead_loop",
         _dead_loop,
-        "Stopped: a dead loop. {repeats} kept coming after being refused more than {repeats_after_feedback} "
-        "times, or answered from cache more than {repeats_after_cache} times, within {horizon} decisions: "
-        "{repeated}",
+        "Stopped: a dead loop. {repeats} kept coming after being refused more than {times_after_feedback}, or "
+        "answered from cache more than {times_after_cache}, within {horizon} decisions: {repeated}",
         exit_code=5,
     ),
     Breaker(
         "error_streak",
         _error_streak,
-        "Stopped: {errors} errors in a row (the limit is {threshold}). The last one: {last_error}",
+        "Stopped: {error_count} in a row (the limit is {threshold}). The last one: {last_error}",
         exit_code=4,
     ),
     Breaker(
         "token_budget",
         _token_budget,
-        "Stopped: the run used {tokens} tokens after {iteration} rounds (the budget is {budget}).",
+        "Stopped: the run used {tokens} tokens after {rounds} (the budget is {budget}).",
         exit_code=6,
     ),
     Breaker(
         "max_tool_attempts",
         _max_tool_attempts,
-        "Stopped: the run made {tool_attempts} tool calls, retries included, in {iteration} rounds (the limit "
-        "is {max_tool_attempts}).",
+        "Stopped: the run made {tool_calls}, retries included, in {rounds} (the limit is {max_tool_attempts}).",
         exit_code=7,
     ),
     Breaker(
         "max_iterations",
         _max_iterations,
-        "Stopped: no final answer after {iteration} rounds; the iteration budget is used up.",
+        "Stopped: no final answer after {rounds}; the iteration budget is used up.",
         exit_code=3,
     ),
     Breaker(
         "step_limit",
         _step_limit,
-        "Stopped: no final answer after {iteration} rounds; the recursion_limit this run was invoked with leaves "
+        "Stopped: no final answer after {rounds}; the recursion_limit this run was invoked with leaves "
         "too few LangGraph steps for another round (one takes up to {round_steps}). batch, pipes and "
         "astream_events pass LangChain's default of 25: give a higher recursion_limit in the config, or none.",
         exit_code=8,

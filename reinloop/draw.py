@@ -1,4 +1,5 @@
-"""Drawing the agent's graph offline: mermaid text, ASCII art, or PNG/SVG through the local Graphviz."""
+"""Drawing the agent's graph offline: mermaid text, ASCII art, or PNG/SVG through the local Graphviz, with
+the labels of conditional edges (the keys of a router's `path_map`) in every format."""
 
 from __future__ import annotations
 
@@ -20,14 +21,16 @@ def draw(
     """The agent's graph as text (mermaid, ascii, dot) or image bytes (png, svg); written to `path` if given.
 
     Nothing is sent over the network: mermaid is text to render where you like, PNG and SVG come from the
-    Graphviz `dot` program (Debian/Ubuntu: `apt-get install graphviz`).
+    Graphviz `dot` program (Debian/Ubuntu: `apt-get install graphviz`). ASCII art has no room for edge
+    labels: they are listed under it.
     """
     graph = agent.get_graph()
     result: str | bytes
     if format == "mermaid":
         result = graph.draw_mermaid()
     elif format == "ascii":
-        result = graph.draw_ascii()
+        labelled = [f"{edge.source} -> {edge.target}: {edge.data}" for edge in graph.edges if edge.data]
+        result = graph.draw_ascii() + "".join(f"\n{line}" for line in labelled)
     elif format in ("dot", "png", "svg"):
         result = _graphviz(agent, format)
     else:
@@ -50,7 +53,8 @@ def _graphviz(agent: CompiledStateGraph[Any, Any, Any, Any], format: str) -> str
         terminal = node_id in ("__start__", "__end__")
         dot.node(node_id, node_id.strip("_"), shape="oval" if terminal else "box", style="rounded")
     for edge in graph.edges:
-        dot.edge(edge.source, edge.target, style="dashed" if edge.conditional else "solid")
+        label = None if edge.data is None else str(edge.data)
+        dot.edge(edge.source, edge.target, label=label, style="dashed" if edge.conditional else "solid")
     if format == "dot":
         source: str = dot.source
         return source

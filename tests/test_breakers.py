@@ -125,3 +125,36 @@ def test_circuit_break_writes_the_entry_s_template(reason, text):
 def test_circuit_break_refuses_an_answered_run():
     with pytest.raises(RuntimeError, match="answered"):
         circuit_break({**STATE, "finish_reason": "answered"}, make_context())
+
+
+@pytest.mark.parametrize(
+    ("reason", "text"),
+    [
+        ("max_iterations", "Stopped: no final answer after 1 round; the iteration budget is used up."),
+        ("error_streak", "Stopped: 1 error in a row (the limit is 1). The last one: Error: boom"),
+        (
+            "dead_loop",
+            "Stopped: a dead loop. The same call kept coming after being refused more than 1 time, or answered "
+            'from cache more than 1 time, within 4 decisions: add({"a": 1})',
+        ),
+        ("token_budget", "Stopped: the run used 1000 tokens after 1 round (the budget is 500)."),
+        ("max_tool_attempts", "Stopped: the run made 1 tool call, retries included, in 1 round (the limit is 1)."),
+        ("step_limit", "Stopped: no final answer after 1 round; the recursion_limit this run was invoked with"),
+    ],
+    ids=["max-iterations", "error-streak", "dead-loop", "token-budget", "max-tool-attempts", "step-limit"],
+)
+def test_circuit_break_counts_one_in_the_singular(reason, text):
+    ctx = make_context(run_token_budget=500, max_tool_attempts=1, error_threshold=1, repeats_after_feedback=1,
+                       repeats_after_cache=1)  # fmt: skip
+    state = {**STATE, "iteration": 1, "tool_attempts": 1, "consecutive_errors": 1, "finish_reason": reason}
+    (message,) = circuit_break(state, ctx)["messages"]
+    assert message.content.startswith(text)
+
+
+def test_circuit_break_keeps_its_explanation_apart_from_the_python_resume_advice():
+    from reinloop.nodes.circuit_break import EXPLANATION_KEY, RESUME_ADVICE
+
+    (message,) = circuit_break({**STATE, "finish_reason": "max_iterations"}, make_context())["messages"]
+    explanation = "Stopped: no final answer after 4 rounds; the iteration budget is used up."
+    assert message.response_metadata[EXPLANATION_KEY] == explanation  # what the reinloop command shows
+    assert message.content == explanation + RESUME_ADVICE  # what a library user reads

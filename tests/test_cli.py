@@ -1,9 +1,15 @@
 """The `reinloop` command through its real entry point, against a scripted OpenAI-compatible server."""
 
+import contextlib
 import json
 import os
+import re
+import shlex
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -29,11 +35,16 @@ def home(tmp_path):
 
 
 def cli(*args, home: Path, env: dict | None = None, timeout: float = 120, stdin: str | None = None):
-    environment = {**os.environ, "HOME": str(home), "REINLOOP_DB": str(home / "runs.sqlite"), **(env or {})}
-    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [CHECKOUT, os.environ.get("PYTHONPATH")]))
-    environment.pop("OPENAI_API_KEY", None) if "OPENAI_API_KEY" not in (env or {}) else None
-    return subprocess.run([REINLOOP, *args], capture_output=True, text=True, timeout=timeout, env=environment,
-                          cwd=home, check=False, input=stdin)  # fmt: skip
+    return subprocess.run([REINLOOP, *args], capture_output=True, text=True, timeout=timeout,
+                          env=environment(home, env), cwd=home, check=False, input=stdin)  # fmt: skip
+
+
+def environment(home: Path, env: dict | None = None) -> dict[str, str]:
+    """The command's environment: its own home and runs database, this checkout, no OpenAI key unless given."""
+    variables = {**os.environ, "HOME": str(home), "REINLOOP_DB": str(home / "runs.sqlite"), **(env or {})}
+    variables["PYTHONPATH"] = os.pathsep.join(filter(None, [CHECKOUT, os.environ.get("PYTHONPATH")]))
+    variables.pop("OPENAI_API_KEY", None) if "OPENAI_API_KEY" not in (env or {}) else None
+    return variables
 
 
 def run_args(server, *extra):
@@ -46,6 +57,10 @@ def test_run_shows_each_step_and_the_answer(server, home):
     assert done.returncode == 0, done.stderr
     assert "calculator" in done.stdout and "✓ calculator: 5" in done.stdout
     assert "answered" in done.stdout and "2 + 3 = 5" in done.stdout
+    # The answering round is counted down like the others.
+    assert "round 1  ·  errors in a row 0  ·  rounds left 19" in done.stdout
+    assert "round 2  ·  errors in a row 0  ·  rounds left 18" in done.stdout
+    assert "2 rounds, 2 model calls" in done.stdout
     assert server.requests[0]["tools"][0]["function"]["name"] == "web_search"  # the default toolset was bound
 
 
@@ -54,6 +69,9 @@ def test_a_circuit_break_exits_with_its_code_and_resume_finishes(server, home):
     broken = cli("run", "Count up.", *run_args(server, "--thread", "t2", "--max-iterations", "2"), home=home)
     assert broken.returncode == 3, broken.stderr
     assert "max_iterations" in broken.stdout and "reinloop resume t2" in broken.stdout
+    # The command line names its own command, not the library's Python call.
+    assert "Stopped: no final answer after 2 rounds; the iteration budget is used up." in broken.stdout
+    assert "reinloop.resume(agent" not in broken.stdout
 
     server.replies = ["Counted to 2."]
     resumed = cli("resume", "t2", "--extra-iterations", "3", "--hint", "Stop counting now.", "--no-memory",
@@ -72,9 +90,13 @@ def test_a_circuit_break_exits_with_its_code_and_resume_finishes(server, home):
     assert (state["finish_reason"], state["iteration"]) == ("answered", 3)
 
 
+# A conditional edge as mermaid draws it, with or without its label.
+CONDITIONAL_EDGE = r"validate_args -\.( &nbsp;ok&nbsp; \.)?-> execute_tool"
+
+
 def test_graph_formats(home):
     mermaid = cli("graph", "--format", "mermaid", home=home)
-    assert mermaid.returncode == 0 and "validate_args -.-> execute_tool" in mermaid.stdout
+    assert mermaid.returncode == 0 and re.search(CONDITIONAL_EDGE, mermaid.stdout)
     png = cli("graph", "--format", "png", "-o", "graph.png", home=home)
     assert png.returncode == 0 and (home / "graph.png").read_bytes()[:4] == b"\x89PNG"
     assert cli("graph", "--format", "png", home=home).returncode == 2
@@ -374,3 +396,201 @@ def test_a_damaged_memory_database_is_one_line_that_names_no_memory(server, home
     done = cli("run", "x", "--base-url", server.base_url, "--workspace", "ws", home=home)
     one_line_error(done, f"the memory database {home / 'memory.sqlite'} cannot be opened (file is not a database)")
     assert "--no-memory" in done.stderr
+
+
+# Ctrl-C: what was saved, the command that continues, and a prompt exit --------------------------------------
+
+# How long the command may take to exit after Ctrl-C, interpreter shutdown included (measured: about 1 s on an
+# idle machine; the bound leaves room for a busy CI runner).
+EXIT_AFTER_CTRL_C_S = 5.0
+
+
+class HoldingServer(ScriptedOpenAIServer):
+    """A scripted server that holds a request open, as a model still starting (`hold_models`: GET /models) or
+    still writing its reply (a chat request once the script is played). `holding` is set when it holds one;
+    held requests are answered with an error when the server stops."""
+
+    def __init__(self, *, hold_models: bool = False) -> None:
+        super().__init__()
+        self.hold_models = hold_models
+        self.holding, self.released = threading.Event(), threading.Event()
+
+    def __exit__(self, *exc: object) -> None:
+        self.released.set()
+        super().__exit__(*exc)
+
+    def _hold(self) -> None:
+        self.holding.set()
+        self.released.wait(60)
+
+    def _completion(self, body):
+        if self.replies:
+            return super()._completion(body)
+        self._hold()
+        return 500, {"error": {"message": "released"}}
+
+    def _handler(self):
+        server, base = self, super()._handler()
+
+        class Handler(base):
+            def do_GET(self) -> None:
+                if server.hold_models:
+                    server._hold()
+                with contextlib.suppress(ConnectionError):  # the interrupted client is gone
+                    super().do_GET()
+
+            def do_POST(self) -> None:
+                with contextlib.suppress(ConnectionError):
+                    super().do_POST()
+
+        return Handler
+
+
+def ctrl_c(
+    *args, home: Path, once: threading.Event | str, env: dict | None = None
+) -> tuple[subprocess.CompletedProcess, float, list[int]]:
+    """Run `reinloop ARGS` as a terminal does (its own session and process group), and press Ctrl-C (SIGINT to
+    the group) once `once` is set, or once the command has printed it on stderr. Returns the finished command,
+    the seconds from Ctrl-C to its exit, and the processes of its session still running a moment later (its
+    model server, tool workers)."""
+    started = subprocess.Popen([REINLOOP, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=environment(home, env), cwd=home, start_new_session=True)  # fmt: skip
+    said = threading.Event()
+    out, err = _reader(started.stdout), _reader(started.stderr, once if isinstance(once, str) else None, said)
+    try:
+        assert (said if isinstance(once, str) else once).wait(120), "the command never reached the point to interrupt"
+        pressed = time.monotonic()
+        os.killpg(started.pid, signal.SIGINT)
+        started.wait(60)
+        took = time.monotonic() - pressed
+    finally:
+        if started.poll() is None:
+            os.killpg(started.pid, signal.SIGKILL)
+    done = subprocess.CompletedProcess(args, started.returncode, "".join(out()), "".join(err()))
+    return done, took, _left_in(started.pid)
+
+
+def _reader(stream, text: str | None = None, said: threading.Event | None = None):
+    """Read `stream` in a thread, setting `said` once a line holds `text`; a function that waits for the end
+    and returns the lines."""
+    lines: list[str] = []
+
+    def read() -> None:
+        for line in stream:
+            lines.append(line)
+            if text is not None and said is not None and text in line:
+                said.set()
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+
+    def result() -> list[str]:
+        thread.join(60)
+        return lines
+
+    return result
+
+
+def _left_in(session: int) -> list[int]:
+    """The processes of `session` still running after a short grace (a process ends its children on exit)."""
+    deadline = time.monotonic() + 2
+    while True:
+        running = [pid for pid in _pids() if _session_of(pid) == session]
+        if not running or time.monotonic() > deadline:
+            return running
+        time.sleep(0.1)
+
+
+def _pids() -> list[int]:
+    return [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
+
+
+def _session_of(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    state, _ppid, _group, session = stat.rpartition(")")[2].split()[:4]
+    return None if state == "Z" else int(session)
+
+
+def test_ctrl_c_before_anything_is_saved_says_so_and_exits_at_once(home):
+    with HoldingServer(hold_models=True) as server:  # the model is still starting
+        done, took, left = ctrl_c("run", "Add.", *run_args(server, "--thread", "t-early", "--db", "new.sqlite"),
+                                  home=home, once=server.holding)  # fmt: skip
+    assert done.returncode == 130, done.stderr
+    assert "nothing was saved" in done.stderr and "thread t-early has no checkpoint" in done.stderr
+    assert "saved up to" not in done.stderr and "Traceback" not in done.stderr
+    assert took < EXIT_AFTER_CTRL_C_S and not left
+    assert not (home / "new.sqlite").exists()  # no empty database left behind
+
+
+def test_ctrl_c_mid_run_names_the_thread_the_step_and_the_command_that_continues_it(home):
+    with HoldingServer() as server:
+        server.replies = [{"tool": "calculator", "args": {"expression": "1 + 1"}}]  # then the model "writes" on
+        done, took, left = ctrl_c("run", "Add.", *run_args(server, "--thread", "t-mid", "--db", "other.sqlite"),
+                                  home=home, once=server.holding)  # fmt: skip
+        assert done.returncode == 130, done.stderr
+        # Saved up to the first round's last step (its check_finish), which the model answered before it held.
+        saved = r"interrupted: thread t-mid is saved up to step \d+ \(1 round done\); "
+        assert re.match(saved, done.stderr), done.stderr
+        assert "Traceback" not in done.stderr
+        assert took < EXIT_AFTER_CTRL_C_S and not left  # the tool workers ended with it
+
+        command = re.search(r"continue it with: (.+)$", done.stderr.strip()).group(1)
+        assert command == "reinloop resume t-mid --db other.sqlite"
+        server.replies = ["1 + 1 = 2"]
+        resumed = cli(*shlex.split(command)[1:], "--no-memory", home=home)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "1 + 1 = 2" in resumed.stdout
+    assert "✓ calculator" not in resumed.stdout  # the saved call was not run again
+    assert "round 2  ·  errors in a row 0  ·  rounds left 18  ·  tokens 220" in resumed.stdout  # counts go on
+
+
+def test_a_one_round_answer_counts_one_round_also_as_a_new_task_on_an_answered_thread(server, home):
+    for task in ("Say hello.", "Say hello again."):
+        server.replies = ["Hello."]
+        done = cli("run", task, *run_args(server, "--max-iterations", "5", "--thread", "t-hello"), home=home)
+        assert done.returncode == 0, done.stderr
+        assert "round 1  ·  errors in a row 0  ·  rounds left 4  ·  tokens 110" in done.stdout
+        assert "1 round, 1 model call, 110 tokens" in done.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--model", "nosuchprovider:model"],
+        ["--base-url", "http://127.0.0.1:9/v1"],
+        ["--model", "openai:gpt-4o-mini"],
+        ["--workspace", "/proc/no-such-folder/ws"],
+    ],
+    ids=["bad-model", "unreachable-server", "missing-key", "workspace-not-creatable"],
+)
+def test_a_run_that_fails_to_start_leaves_no_database(server, home, args):
+    given = ["--base-url", server.base_url, *args] if "--base-url" not in args and "--model" not in args else args
+    done = cli("run", "x", "--no-memory", "--db", "new.sqlite", *given, home=home)
+    assert done.returncode in (1, 2), done.stderr
+    assert not (home / "new.sqlite").exists(), done.stderr
+    assert not server.requests
+
+
+def test_python_dash_m_reinloop_is_the_command(home):
+    done = subprocess.run([sys.executable, "-m", "reinloop", "graph", "--format", "mermaid"], capture_output=True,
+                          text=True, env=environment(home), cwd=home, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert re.search(CONDITIONAL_EDGE, done.stdout)
+
+
+@pytest.mark.parametrize("command", ["run", "resume"])
+def test_every_option_of_run_and_resume_has_help(command):
+    import argparse
+
+    from reinloop.cli.parser import build_parser
+
+    parser = build_parser()
+    subcommands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    options = [a for a in subcommands.choices[command]._actions if a.option_strings and a.dest != "help"]
+    assert [a.option_strings[0] for a in options if not a.help] == []
+    limits = {a.option_strings[0]: a.help for a in options}
+    assert "Decision rounds per run" in limits["--max-iterations"] and "default: 20" in limits["--max-iterations"]
+    assert "default: 3" in limits["--error-threshold"] and "default: 30" in limits["--tool-timeout"]

@@ -151,6 +151,29 @@ def test_a_start_interrupted_by_ctrl_c_leaves_no_server_running(monkeypatch):
     assert server._process is not None and server._process.poll() is not None
 
 
+def test_ctrl_c_while_the_server_process_is_made_still_ends_it(monkeypatch):
+    _local_extra()
+    import signal
+    import subprocess
+
+    from reinloop.models.local import LocalModelServer
+
+    made, popen = [], subprocess.Popen
+
+    def made_then_ctrl_c(*args, **kwargs):
+        made.append(popen(*args, **kwargs))
+        os.kill(os.getpid(), signal.SIGINT)  # before Popen returns, as a Ctrl-C between fork and exec lands
+        return made[-1]
+
+    monkeypatch.setattr(subprocess, "Popen", made_then_ctrl_c)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            LocalModelServer().__enter__()
+        assert made[0].poll() is not None
+    finally:
+        made[0].kill()
+
+
 def test_a_server_in_the_middle_of_a_reply_stops_at_once():
     _local_extra()
     import contextlib
@@ -179,8 +202,9 @@ def test_ctrl_c_while_the_embedded_model_starts_says_nothing_was_saved(tmp_path)
     _local_extra()
     from tests.test_cli import EXIT_AFTER_CTRL_C_S, ctrl_c
 
+    # The user's home: the model package assembles its GGUF (240 MB) once, in ~/.cache.
     done, took, left = ctrl_c("run", "What is 23 * 19?", "--thread", "t-start", "--no-memory", home=tmp_path,
-                              once="starting the embedded model")  # fmt: skip
+                              once="starting the embedded model", env={"HOME": os.environ["HOME"]})  # fmt: skip
     assert done.returncode == 130, done.stderr
     assert "interrupted: nothing was saved; thread t-start has no checkpoint" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr

@@ -42,7 +42,9 @@ def test_readme_python_blocks_pasted_into_one_script_run_without_a_traceback(tmp
 def test_ci_runs_the_readme_test_command():
     commands = [body.strip() for _, body in blocks("bash")]
     main_command, test_command = commands[0], commands[1]
-    assert "reinloop run" in main_command
+    assert main_command.startswith("bash scripts/run.sh ")
+    run_script = (ROOT / "scripts" / "run.sh").read_text()
+    assert 'exec .venv/bin/reinloop run "$@"' in run_script and "apt-get install" in run_script
     assert test_command in (ROOT / ".ci" / "run").read_text()
     script = (ROOT / test_command.split()[-1]).read_text()
     assert ".venv/bin/python -m pytest" in script and "apt-get install" in script

@@ -6,7 +6,8 @@ Runs are saved in a SQLite file in the user's data folder (`--db` or REINLOOP_DB
 or a ``postgresql://`` URL), so any run can be resumed or inspected later by its thread id. Exit codes: one
 per finish reason, from `reinloop.breakers.BREAKERS` (0 answered, 3 max_iterations, 4 error_streak,
 5 dead_loop, 6 token_budget, 7 max_tool_attempts, 8 step_limit); 2 for a usage or set-up problem (one line,
-no traceback, saved state untouched), 1 for an unexpected failure.
+no traceback, saved state untouched), 130 for Ctrl-C (saying what was saved and how to continue), 1 for an
+unexpected failure. `python -m reinloop` is the same command.
 
 Calls of tools that need approval (`--approve`; by default file_write and db_insert) stop the run until the
 person at the terminal approves, edits or rejects them (`--yes` approves them all).
@@ -25,21 +26,27 @@ from collections.abc import Sequence
 from reinloop.breakers import BREAKERS
 from reinloop.errors import ReinloopError
 
-__all__ = ["EXIT_CODES", "USAGE_ERROR", "CommandError", "main"]
+__all__ = ["EXIT_CODES", "INTERRUPTED", "USAGE_ERROR", "CommandError", "Interrupted", "main"]
 
 EXIT_CODES: dict[str, int] = {entry.reason: entry.exit_code for entry in BREAKERS}
 USAGE_ERROR = 2
-INTERRUPTED = 130
+INTERRUPTED = 130  # 128 + SIGINT, as shells report a command ended by Ctrl-C
 
 
 class CommandError(Exception):
     """A problem the user fixes: reported on one line, exit code 2."""
 
 
+class Interrupted(Exception):
+    """Ctrl-C, once the command has stopped what it started: reported as what was saved and how to continue,
+    exit code 130."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from rich.console import Console
     from rich.text import Text
 
+    from reinloop.cli.display import progress
     from reinloop.cli.parser import build_parser
 
     args = build_parser().parse_args(argv)
@@ -48,15 +55,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     errors = Console(stderr=True, highlight=False)
     error = ("error:", "bold red")
     try:
-        code: int = args.handler(args, console)
+        with progress(errors, shown=not getattr(args, "quiet", False)):
+            code: int = args.handler(args, console)
         return code
     except (CommandError, ReinloopError) as exc:
         errors.print(Text.assemble(error, f" {exc}"), soft_wrap=True)
         return USAGE_ERROR
-    except KeyboardInterrupt:
-        errors.print(
-            Text("interrupted: the run is saved up to its last step; resume it with 'reinloop resume'", "yellow")
-        )
+    except Interrupted as exc:
+        errors.print(Text(str(exc), "yellow"), soft_wrap=True)
+        return INTERRUPTED
+    except KeyboardInterrupt:  # a command that saves no runs, or a second Ctrl-C while the first was handled
+        errors.print(Text("interrupted", "yellow"))
         return INTERRUPTED
     except Exception as exc:  # a failing model server, a full disk: one line, the saved steps stay
         if os.environ.get("REINLOOP_DEBUG"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sqlite3
 import uuid
 from collections.abc import Callable, Iterator
@@ -19,7 +20,7 @@ from langgraph.types import Command, Interrupt
 from rich.console import Console
 
 from reinloop.checkpoint import database_label, is_postgres_url, is_unreadable, open_checkpointer
-from reinloop.cli import EXIT_CODES, CommandError, display, review
+from reinloop.cli import EXIT_CODES, CommandError, Interrupted, display, review
 from reinloop.errors import CheckpointError, ReinloopError
 from reinloop.state import read_input
 
@@ -40,6 +41,13 @@ MEMORY_TEMPLATE = (
     "the memory database {path} cannot be opened ({reason}); move it away, or pass --no-memory to run without "
     "long-term memory"
 )
+NEW_DATABASE_TEMPLATE = "cannot create or open the SQLite database at {path}: {found} is a file, not a folder"
+# What Ctrl-C reports of the thread, read back from the runs database once the run has stopped.
+NOTHING_SAVED_TEMPLATE = "interrupted: nothing was saved; thread {thread} has no checkpoint (run the task again)"
+NOTHING_NEW_TEMPLATE = "interrupted: nothing new was saved; thread {thread} is as it was at step {step} ({rounds} done)"
+SAVED_TEMPLATE = "interrupted: thread {thread} is saved up to step {step} ({rounds} done)"
+CONTINUE_TEMPLATE = "; continue it with: {command}"
+UNREAD_TEMPLATE = "interrupted; what thread {thread} has saved cannot be read ({error}): see 'reinloop show {thread}'"
 PRUNE_DAMAGED_TEMPLATE = (
     "prune stopped at a damaged checkpoint in {location} ({error}): its thread was left as it was (threads pruned "
     "before it stay pruned); 'reinloop show THREAD' tells whether a thread is damaged"
@@ -61,31 +69,38 @@ def run(args: argparse.Namespace, console: Console) -> int:
     task_input = read_input({"task": args.task})
     thread = args.thread or f"run-{datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
     settings = _given(args)
-    with _database(args.db, must_exist=False) as db, _agent(args, settings, db) as (agent, settings):
-        config = _run_config(thread, settings)
-        if agent.get_state(config).next:
-            raise CommandError(f"thread {thread!r} is stopped mid-step; continue it with: reinloop resume {thread}")
+    watch = _Watch(thread, args.db)
+    with (
+        _told_on_interrupt(watch),
+        _database(args.db, must_exist=False) as db,
+        _agent(args, settings, db) as built,
+    ):
+        config = _run_config(thread, built.settings)
+        if watch.begin(built.agent).next:
+            raise CommandError(f"thread {thread!r} is stopped mid-step; continue it with: {watch.command}")
         if not args.quiet:
-            display.run_header(console, thread, settings["model"], db.location)
-        final = _stream(agent, task_input, config, console, args)
-        return _finish(final, thread, console, args.quiet)
+            display.run_header(console, thread, built.settings["model"], db.location)
+        final = _stream(built, task_input, config, console, args)
+        return _finish(final, watch, console, args.quiet)
 
 
 def resume(args: argparse.Namespace, console: Console) -> int:
     from reinloop.resume import prepare_resume
 
-    with _database(args.db, must_exist=True) as db:
+    watch = _Watch(args.thread, args.db)
+    with _told_on_interrupt(watch), _database(args.db, must_exist=True) as db:
         saved = _saved_settings(db, args.thread)
         settings = {**saved, **{k: v for k, v in _given(args).items() if v is not None}}
         if args.preset and not args.protocol:
             settings["protocol"] = None  # the new preset's protocol, not the one the run was saved with
-        with _agent(args, settings, db) as (agent, settings):
-            config = _run_config(args.thread, settings)
+        with _agent(args, settings, db) as built:
+            config = _run_config(args.thread, built.settings)
             if not args.quiet:
-                display.resume_header(console, args.thread, settings["model"])
-            prepared = prepare_resume(agent, config, extra_iterations=args.extra_iterations, hint=args.hint)
-            final = _stream(agent, None, prepared, console, args)
-            return _finish(final, args.thread, console, args.quiet)
+                display.resume_header(console, args.thread, built.settings["model"])
+            watch.begin(built.agent)
+            prepared = prepare_resume(built.agent, config, extra_iterations=args.extra_iterations, hint=args.hint)
+            final = _stream(built, None, prepared, console, args)
+            return _finish(final, watch, console, args.quiet)
 
 
 def _given(args: argparse.Namespace) -> dict[str, Any]:
@@ -95,13 +110,15 @@ def _given(args: argparse.Namespace) -> dict[str, Any]:
             "approve": approve, "preset": args.preset}  # fmt: skip
 
 
-def _stream(agent: Any, payload: Any, config: RunnableConfig, console: Console, args: argparse.Namespace) -> Any:
+def _stream(built: _Built, payload: Any, config: RunnableConfig, console: Console, args: argparse.Namespace) -> Any:
     """Run until the run ends, answering each approval it stops at (`review`); the thread's final state."""
     from langgraph.errors import is_invalid_resume
     from pydantic import ValidationError
 
-    thread = (config.get("configurable") or {})["thread_id"]
-    printer, answer = display.StepPrinter(console, args.quiet), review.reviewer(console, thread, yes=args.yes)
+    agent, thread = built.agent, (config.get("configurable") or {})["thread_id"]
+    saved = agent.get_state({"configurable": {"thread_id": thread}}).values
+    printer = display.StepPrinter(console, args.quiet, saved, built.config.max_iterations)
+    answer = review.reviewer(console, thread, yes=args.yes)
     waiting: list[Interrupt] = []
     while True:
         try:
@@ -127,8 +144,8 @@ def _until_stopped(agent: Any, payload: Any, config: RunnableConfig, printer: di
     return waiting
 
 
-def _finish(values: dict[str, Any], thread: str, console: Console, quiet: bool) -> int:
-    display.final_report(console, values, thread, quiet)
+def _finish(values: dict[str, Any], watch: _Watch, console: Console, quiet: bool) -> int:
+    display.final_report(console, values, f"{watch.command} --extra-iterations 10", quiet)
     return EXIT_CODES.get(values.get("finish_reason") or "", 1)
 
 
@@ -144,27 +161,116 @@ def _saved_settings(db: _Database, thread: str) -> dict[str, Any]:
     return {key: found.metadata.get(f"reinloop_{key}") for key in SETTINGS}
 
 
+# Ctrl-C ------------------------------------------------------------------------------------------------
+
+
+class _Watch:
+    """What a Ctrl-C during `run` or `resume` reports: the thread, the command that continues it (with --db
+    when one was given: REINLOOP_DB and the default need none), and its latest checkpoint when this command
+    began to run it (`begin`; the report tells whether anything new was saved since)."""
+
+    def __init__(self, thread: str, db: str | None) -> None:
+        self.thread, self.db = thread, db
+        words = ["reinloop", "resume", thread, *(["--db", database_label(db)] if db else [])]
+        self.command = shlex.join(words)
+        self.began = False
+        self.before: str | None = None
+
+    def begin(self, agent: Any) -> Any:
+        """Note where the thread stands as the run begins; its state snapshot."""
+        snapshot = agent.get_state({"configurable": {"thread_id": self.thread}})
+        self.began, self.before = True, _checkpoint_id(snapshot)
+        return snapshot
+
+    def report(self) -> str:
+        """What the thread has saved, read back once the run stopped, and how to continue it."""
+        from reinloop.graph import agent_topology
+
+        try:
+            with _database(self.db, must_exist=True) as db:
+                snapshot = agent_topology(db.saver).get_state({"configurable": {"thread_id": self.thread}})
+        except CommandError:  # no runs database: the run stopped before it made one
+            return NOTHING_SAVED_TEMPLATE.format(thread=self.thread)
+        except Exception as exc:  # a database gone or damaged: say so, and where to look
+            return UNREAD_TEMPLATE.format(thread=self.thread, error=" ".join(str(exc).split()) or type(exc).__name__)
+        if snapshot.metadata is None:
+            return NOTHING_SAVED_TEMPLATE.format(thread=self.thread)
+        new = self.began and _checkpoint_id(snapshot) != self.before
+        step, rounds = snapshot.metadata.get("step"), display.counted(snapshot.values.get("iteration", 0), "round")
+        text = (SAVED_TEMPLATE if new else NOTHING_NEW_TEMPLATE).format(thread=self.thread, step=step, rounds=rounds)
+        reason = snapshot.values.get("finish_reason")
+        resumable = bool(snapshot.next) or reason not in (None, "answered")
+        return text + (CONTINUE_TEMPLATE.format(command=self.command) if resumable else "")
+
+
+def _checkpoint_id(snapshot: Any) -> str | None:
+    """The id of a state snapshot's checkpoint; None for a thread with none."""
+    return None if snapshot.metadata is None else str(snapshot.config["configurable"]["checkpoint_id"])
+
+
+@contextmanager
+def _told_on_interrupt(watch: _Watch) -> Iterator[None]:
+    """Ctrl-C: once the block has stopped what it started (the model server, the database), end the tool
+    workers and report what was saved (`Interrupted`)."""
+    from reinloop.tools.execution import _stop_pool as stop_tool_workers
+
+    try:
+        yield
+    except KeyboardInterrupt:
+        # Before the report, not at interpreter exit: a worker still running a call has nothing to wait for.
+        stop_tool_workers()
+        raise Interrupted(watch.report()) from None
+
+
 # the database and the agent ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
 class _Database:
-    """The open runs database: its checkpointer, where it is as printed (a URL's password hidden), and the
-    SQLite file of the long-term memory (beside a runs file; in the user data folder for PostgreSQL)."""
+    """The runs database: its checkpointer, where it is as printed (a URL's password hidden), and the SQLite
+    file of the long-term memory (beside a runs file; in the user data folder for PostgreSQL).
 
-    saver: Any
-    location: str
-    memory_path: Path
+    An existing database is opened at once, so a bad file or server is refused before a model starts. A new
+    SQLite file is only made when its checkpointer is first needed (the agent is built once its model and
+    tools are ready): a run that fails to start (a bad model, Ctrl-C while the embedded model starts) leaves
+    no empty database behind."""
+
+    def __init__(self, where: str | Path, stack: ExitStack) -> None:
+        self.location = database_label(where)
+        self.memory_path = (_data_folder() if is_postgres_url(where) else Path(where).parent) / "memory.sqlite"
+        self._where, self._stack = where, stack
+        self._saver: Any = None
+
+    @property
+    def saver(self) -> Any:
+        return self.open()
+
+    def open(self) -> Any:
+        """The checkpointer, opened (and for a new SQLite file, made) on first use; closed with the block."""
+        if self._saver is None:
+            self._saver = self._stack.enter_context(open_checkpointer(self._where))
+        return self._saver
 
 
 @contextmanager
 def _database(given: str | None, *, must_exist: bool) -> Iterator[_Database]:
     where = given or default_db()
-    if must_exist and not is_postgres_url(where) and not Path(where).exists():
+    new = not is_postgres_url(where) and not Path(where).exists()
+    if must_exist and new:
         raise CommandError(f"no runs database at {where}; pass --db, or start a run with 'reinloop run'")
-    memory = (_data_folder() if is_postgres_url(where) else Path(where).parent) / "memory.sqlite"
-    with open_checkpointer(where) as saver:
-        yield _Database(saver, database_label(where), memory)
+    if new:
+        _check_creatable(Path(where))
+    with ExitStack() as stack:
+        db = _Database(where, stack)
+        if not new:
+            db.open()
+        yield db
+
+
+def _check_creatable(path: Path) -> None:
+    """Refuse a new SQLite file's path with a file where a folder must be, before anything starts."""
+    found = next(parent for parent in path.parents if parent.exists())  # "." or "/" at the latest
+    if not found.is_dir():
+        raise CommandError(NEW_DATABASE_TEMPLATE.format(path=path, found=found))
 
 
 def _data_folder() -> Path:
@@ -173,8 +279,17 @@ def _data_folder() -> Path:
     return platformdirs.user_data_path("reinloop")
 
 
+@dataclass(frozen=True)
+class _Built:
+    """The agent a run uses, its settings (saved with each checkpoint) and its AgentConfig."""
+
+    agent: Any
+    settings: dict[str, Any]
+    config: Any
+
+
 @contextmanager
-def _agent(args: argparse.Namespace, settings: dict[str, Any], db: _Database) -> Iterator[tuple[Any, dict[str, Any]]]:
+def _agent(args: argparse.Namespace, settings: dict[str, Any], db: _Database) -> Iterator[_Built]:
     from reinloop import build_agent, default_toolset
     from reinloop.models import model_from_settings
     from reinloop.presets import layered_config, preset_protocol
@@ -193,7 +308,7 @@ def _agent(args: argparse.Namespace, settings: dict[str, Any], db: _Database) ->
         approve = settings["approve"].split(",") if settings.get("approve") else DEFAULT_APPROVALS
         agent = build_agent(chosen.model, tools, config=config, checkpointer=db.saver, store=store,
                             protocol=chosen.decision_protocol, approve=approve)  # fmt: skip
-        yield agent, settings
+        yield _Built(agent, settings, config)
 
 
 def _workspace(given: str | Path) -> Path:

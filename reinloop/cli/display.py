@@ -1,5 +1,5 @@
-"""What `reinloop` prints: the live step lines of a run, its final report, and the saved state and history of
-a thread.
+"""What `reinloop` prints: progress while a model starts, the live step lines of a run, its final report, and
+the saved state and history of a thread.
 
 Text from models, tools and users (answers, observations, arguments, thread ids, paths) is always passed to
 rich as `Text`, never as a markup string: a final answer containing ``[/]`` would otherwise fail to print,
@@ -9,7 +9,9 @@ and ``'reinloop[eval]'`` would lose its ``[eval]``.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from reinloop.graph import CHECK_FINISH, VALIDATE_ARGS
+from reinloop.nodes.circuit_break import EXPLANATION_KEY
 
 if TYPE_CHECKING:
     from reinloop.eval.benchmark import Benchmark
@@ -30,9 +33,11 @@ __all__ = [
     "SHOWN_CHARS",
     "StepPrinter",
     "benchmark_report",
+    "counted",
     "final_report",
     "history_table",
     "marked",
+    "progress",
     "prune_report",
     "resume_header",
     "run_header",
@@ -44,6 +49,37 @@ __all__ = [
 
 SHOWN_CHARS = 160
 HISTORY_COLUMNS = ("step", "source", "next", "round", "errors", "tokens", "finish", "saved at", "checkpoint", "mark")
+# The logger whose INFO records are progress to show (the embedded model starting, `reinloop.models.local`).
+PROGRESS_LOGGER = "reinloop"
+
+
+# progress ---------------------------------------------------------------------------------------------
+
+
+class _Progress(logging.Handler):
+    def __init__(self, console: Console) -> None:
+        super().__init__(logging.INFO)
+        self.console = console
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.console.print(Text(record.getMessage(), "dim"), soft_wrap=True)
+
+
+@contextmanager
+def progress(console: Console, *, shown: bool = True) -> Iterator[None]:
+    """While the block runs, reinloop's progress messages (its INFO log records) are printed on `console`."""
+    if not shown:
+        yield
+        return
+    logger, handler = logging.getLogger(PROGRESS_LOGGER), _Progress(console)
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(min(level or logging.INFO, logging.INFO))
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 # a run as it streams ----------------------------------------------------------------------------------
@@ -59,16 +95,21 @@ def resume_header(console: Console, thread: str, model: str) -> None:
 
 
 class StepPrinter:
-    """One line per step as the graph streams: node, tool, arguments, observation, counters."""
+    """One line per step as the graph streams: node, tool, arguments, observation, counters, which start from
+    the thread's saved `state` (a resumed run goes on counting) and its agent's `max_iterations`."""
 
-    def __init__(self, console: Console, quiet: bool) -> None:
-        self.console, self.quiet = console, quiet
-        self.counters: dict[str, Any] = {}  # the latest value each node wrote, for the round line
+    COUNTERS = ("consecutive_errors", "iterations_left", "usage")
+
+    def __init__(self, console: Console, quiet: bool, state: Mapping[str, Any], max_iterations: int) -> None:
+        self.console, self.quiet, self.max_iterations = console, quiet, max_iterations
+        self.counters: dict[str, Any] = {}  # the latest value of each counter, for the round line
+        self._count(state)
 
     def update(self, node: str, values: dict[str, Any]) -> None:
-        self.counters.update(
-            {key: values[key] for key in ("consecutive_errors", "iterations_left", "usage") if key in values}
-        )
+        if node == CHECK_FINISH and "iterations_left" not in values:
+            # check_finish leaves the budget as it was on the answering round, which counts all the same.
+            values = {**values, "iterations_left": self.counters["iterations_left"] - 1}
+        self._count(values)
         if self.quiet:
             return
         for message in values.get("messages", []) or []:
@@ -80,6 +121,11 @@ class StepPrinter:
             self.console.print(Text(f"{line}  ·  tokens {tokens}", "dim"))
         if node == VALIDATE_ARGS and values.get("correction"):
             self.console.print(Text("  ↻ unreadable reply: asking again with a correction hint", "yellow"))
+
+    def _count(self, values: Mapping[str, Any]) -> None:
+        self.counters.update({key: values[key] for key in self.COUNTERS if key in values})
+        if self.counters.get("iterations_left") is None:  # a fresh budget (a new thread, or a new task on one)
+            self.counters["iterations_left"] = self.max_iterations
 
     def _message(self, node: str, message: BaseMessage) -> None:
         label = (node, "cyan")
@@ -95,11 +141,12 @@ class StepPrinter:
         elif getattr(message, "type", "") == "remove":
             return
         else:
-            self.console.print(Text.assemble(label, f" {_short(message.text)}"))
+            self.console.print(Text.assemble(label, f" {_short(_explained(message))}"))
 
 
-def final_report(console: Console, values: dict[str, Any], thread: str, quiet: bool) -> None:
-    """The final answer, or why the run stopped and how to continue it; with counters unless `quiet`."""
+def final_report(console: Console, values: dict[str, Any], resume_command: str, quiet: bool) -> None:
+    """The final answer, or why the run stopped and the command that continues it (`resume_command`); with
+    counters unless `quiet`."""
     reason = values.get("finish_reason")
     if quiet:
         if values.get("final_answer") is not None:
@@ -110,11 +157,18 @@ def final_report(console: Console, values: dict[str, Any], thread: str, quiet: b
         console.print(Text(values.get("final_answer") or ""), soft_wrap=True)
     else:
         for message in values.get("messages", [])[-1:]:
-            console.print(Text(message.text), soft_wrap=True)
-        console.print(Text.assemble(("continue with:", "dim"), f" reinloop resume {thread} --extra-iterations 10"))
+            console.print(Text(_explained(message)), soft_wrap=True)
+        console.print(Text.assemble(("continue with:", "dim"), f" {resume_command}"))
     usage = values.get("usage") or {}
-    counts = f"{values.get('iteration', 0)} rounds, {usage.get('model_calls', 0)} model calls, "
-    console.print(Text(counts + f"{usage.get('total_tokens', 0)} tokens", "dim"))
+    counts = [(values.get("iteration", 0), "round"), (usage.get("model_calls", 0), "model call"),
+              (usage.get("total_tokens", 0), "token")]  # fmt: skip
+    console.print(Text(", ".join(counted(count, noun) for count, noun in counts), "dim"))
+
+
+def _explained(message: BaseMessage) -> str:
+    """A message's text; for a circuit break's final message, its explanation without the library's advice,
+    which names the Python call (the command that continues the run is printed after it)."""
+    return str(message.response_metadata.get(EXPLANATION_KEY, message.text))
 
 
 # a saved thread ---------------------------------------------------------------------------------------
@@ -193,9 +247,9 @@ def _plain(value: Any) -> Any:
 def prune_report(console: Console, report: PruneReport, location: str) -> None:
     """What `reinloop prune` deleted, or would delete with --dry-run, and the database's size."""
     verb = "would delete" if report.dry_run else "deleted"
-    counts = f"{_count(report.checkpoints, 'checkpoint')}, {_count(report.writes, 'pending write')} and "
-    counts += f"{_count(report.blobs, 'stored value')} of {_count(report.threads, 'thread')}"
-    console.print(Text(f"{verb} {counts}; {_count(report.kept, 'checkpoint')} kept"))
+    counts = f"{counted(report.checkpoints, 'checkpoint')}, {counted(report.writes, 'pending write')} and "
+    counts += f"{counted(report.blobs, 'stored value')} of {counted(report.threads, 'thread')}"
+    console.print(Text(f"{verb} {counts}; {counted(report.kept, 'checkpoint')} kept"))
     console.print(Text(f"{location}: {_size(report.bytes_before)} before, {_size(report.bytes_after)} after", "dim"))
     if report.dry_run:
         console.print(Text("dry run: nothing was deleted", "dim"))
@@ -215,7 +269,8 @@ def unmarked(console: Console, thread: str, checkpoint: str, removed: bool) -> N
         console.print(Text(f"checkpoint {checkpoint} of thread {thread} was not marked"))
 
 
-def _count(count: int, noun: str) -> str:
+def counted(count: int, noun: str) -> str:
+    """`count` with `noun`, in the plural unless it is one: "1 round", "2 rounds"."""
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 

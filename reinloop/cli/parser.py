@@ -129,6 +129,17 @@ def _database_options() -> argparse.ArgumentParser:
     return options
 
 
+def _limit_help(field: str) -> str:
+    """The help of the option that sets AgentConfig's `field`: the field's own description and default."""
+    from reinloop.config import AgentConfig
+
+    info = AgentConfig.model_fields[field]
+    default = format(info.default, "g") if isinstance(info.default, float) else str(info.default).lower()
+    # argparse reads % as a format: the descriptions are text.
+    text = f"{info.description} (default: {default}, unless the --preset or the model sets its own)"
+    return text.replace("%", "%%")
+
+
 def _agent_options() -> argparse.ArgumentParser:
     """The model, its limits and the run's extras, shared by run and resume."""
     options = argparse.ArgumentParser(add_help=False)
@@ -144,11 +155,12 @@ def _agent_options() -> argparse.ArgumentParser:
         "(resume keeps the run's)",
     )
     options.add_argument("--protocol", choices=PROTOCOL_CHOICES, help="how the model states decisions")
-    options.add_argument("--max-iterations", type=int)
-    options.add_argument("--error-threshold", type=int)
-    options.add_argument("--tool-timeout", type=float, dest="tool_timeout_s")
-    options.add_argument("--context-token-budget", type=int)
-    options.add_argument("--run-token-budget", type=int)
+    options.add_argument("--max-iterations", type=int, metavar="N", help=_limit_help("max_iterations"))
+    options.add_argument("--error-threshold", type=int, metavar="N", help=_limit_help("error_threshold"))
+    options.add_argument("--tool-timeout", type=float, dest="tool_timeout_s", metavar="S",
+                         help=_limit_help("tool_timeout_s"))  # fmt: skip
+    options.add_argument("--context-token-budget", type=int, metavar="N", help=_limit_help("context_token_budget"))
+    options.add_argument("--run-token-budget", type=int, metavar="N", help=_limit_help("run_token_budget"))
     options.add_argument("--no-memory", action="store_true", help="no long-term memory store")
     options.add_argument(
         "--approve",

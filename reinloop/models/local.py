@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from abc import abstractmethod
 from collections.abc import Sequence
@@ -151,8 +153,20 @@ class LocalModelServer:
                    "--chat_format", CHAT_FORMAT]  # fmt: skip
         started = time.monotonic()
         LOGGER.info("starting the embedded model %s ...", LOCAL_MODEL_NAME)
-        self._process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        # Ctrl-C inside Popen would leave the server running with no handle to stop it (between fork and exec
+        # the child loses the signal): it is held until the process is ours. Handlers are the main thread's.
+        held: list[object] = []
+        holding = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, lambda *args: held.append(args)) if holding else None
         try:
+            self._process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL)  # fmt: skip
+        finally:
+            if holding:
+                signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
+        try:
+            if held:
+                raise KeyboardInterrupt
             while time.monotonic() < started + STARTUP_TIMEOUT_S:
                 if self._process.poll() is not None:
                     raise ConfigurationError(f"the embedded model server exited at start: {self._log_tail()}")

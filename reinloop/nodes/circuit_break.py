@@ -1,9 +1,10 @@
 """circuit_break: end a run that tripped a breaker, gracefully and resumably.
 
 Reads `finish_reason` and the counters. Writes `messages`: one explanatory final message naming the reason,
-what led to it, and how to resume (the reason's template in `reinloop.breakers`, filled in here); and clears
-a pending `reflection`. The checkpoint keeps everything else, so `reinloop.resume` can continue the thread
-with a fresh budget.
+what led to it, and how to resume (the reason's template in `reinloop.breakers`, filled in here; the
+explanation alone also in its `response_metadata`, under `EXPLANATION_KEY`); and clears a pending
+`reflection`. The checkpoint keeps everything else, so `reinloop.resume` can continue the thread with a fresh
+budget.
 """
 
 from __future__ import annotations
@@ -21,12 +22,15 @@ from reinloop.repeats import horizon
 from reinloop.state import NO_USAGE, AgentState, CallCheck
 from reinloop.text import truncate
 
-__all__ = ["RESUME_ADVICE", "circuit_break"]
+__all__ = ["EXPLANATION_KEY", "RESUME_ADVICE", "circuit_break"]
 
 RESUME_ADVICE = (
     " The state is saved: resume this thread with reinloop.resume(agent, config, extra_iterations=..., "
     "hint=...) to continue with a fresh budget."
 )
+# Where the final message keeps its explanation without RESUME_ADVICE (`response_metadata`, which no chat
+# model is sent): for a front end that says how to resume in its own terms, as the `reinloop` command does.
+EXPLANATION_KEY = "reinloop_explanation"
 # Error texts quoted in the final message are cut to this length.
 QUOTE_CHARS = 300
 
@@ -36,28 +40,42 @@ def circuit_break(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
     template = breaker(reason).template if reason is not None else None
     if template is None:
         raise InvariantError(f"circuit_break reached with finish_reason={reason!r}")
+    settings = ctx.settings
+    iteration, errors = state.get("iteration", 0), state.get("consecutive_errors", 0)
+    tool_attempts = state.get("tool_attempts", 0)
     text = template.format(
-        iteration=state.get("iteration", 0),
+        iteration=iteration,
+        rounds=_counted(iteration, "round"),
         tokens=state.get("usage", NO_USAGE)["total_tokens"],
-        budget=ctx.settings.run_token_budget,
-        errors=state.get("consecutive_errors", 0),
-        threshold=ctx.settings.error_threshold,
+        budget=settings.run_token_budget,
+        errors=errors,
+        error_count=_counted(errors, "error"),
+        threshold=settings.error_threshold,
         last_error=_last_error(state),
-        max_repeats=ctx.settings.max_repeats,
-        loop_window=ctx.settings.loop_window,
-        tool_attempts=state.get("tool_attempts", 0),
-        max_tool_attempts=tool_attempt_limit(state, ctx.settings),
-        repeats_after_feedback=ctx.settings.repeats_after_feedback,
-        repeats_after_cache=ctx.settings.repeats_after_cache,
-        horizon=horizon(ctx.settings),
-        round_steps=round_steps(ctx.settings.max_parse_retries),
-        repeats="Calls of the same tool" if ctx.settings.loop_key == "tool" else "The same call",
+        max_repeats=settings.max_repeats,
+        loop_window=settings.loop_window,
+        tool_attempts=tool_attempts,
+        tool_calls=_counted(tool_attempts, "tool call"),
+        max_tool_attempts=tool_attempt_limit(state, settings),
+        repeats_after_feedback=settings.repeats_after_feedback,
+        times_after_feedback=_counted(settings.repeats_after_feedback, "time"),
+        repeats_after_cache=settings.repeats_after_cache,
+        times_after_cache=_counted(settings.repeats_after_cache, "time"),
+        horizon=horizon(settings),
+        round_steps=round_steps(settings.max_parse_retries),
+        repeats="Calls of the same tool" if settings.loop_key == "tool" else "The same call",
         repeated=", ".join(
             _call_text(check) for check in state.get("checks", []) if check["error_kind"] == "repeat_after_feedback"
         ),
     )
+    final = AIMessage(text + RESUME_ADVICE, name="circuit_break", response_metadata={EXPLANATION_KEY: text})
     # A reflection turn the run did not get to take is not for the next run's first decision.
-    return {"messages": [AIMessage(text + RESUME_ADVICE, name="circuit_break")], "reflection": None}
+    return {"messages": [final], "reflection": None}
+
+
+def _counted(count: int, noun: str) -> str:
+    """`count` with `noun`, in the plural unless it is one: "1 round", "2 rounds"."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def _call_text(check: CallCheck) -> str:
