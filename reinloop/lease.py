@@ -33,6 +33,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from reinloop.errors import ThreadBusyError
+from reinloop.sqlite import immediate_transaction
 
 __all__ = ["BUSY_TEMPLATE", "LEASES_TABLE", "ahold_thread", "hold_thread"]
 
@@ -250,20 +251,11 @@ class _SqliteLease:
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        # A connection of its own: the saver's may be inside a write, and BEGIN IMMEDIATE makes the read and
-        # the write of the row one step, so two processes never both find the lease free.
-        conn = sqlite3.connect(self.path, timeout=_SQLITE_BUSY_TIMEOUT_S, isolation_level=None)
-        try:
+        # A connection of its own: the saver's may be inside a write; the read and the write of the row are
+        # one step, so two processes never both find the lease free.
+        with immediate_transaction(self.path, _SQLITE_BUSY_TIMEOUT_S) as conn:
             conn.execute(_CREATE_SQL)
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-        finally:
-            conn.close()
+            yield conn
 
 
 # -- PostgreSQL -------------------------------------------------------------------------------------------

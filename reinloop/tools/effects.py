@@ -17,6 +17,8 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig, ensure_config
 
+from reinloop.sqlite import immediate_transaction
+
 __all__ = ["IDEMPOTENCY_KEY", "EffectLedger", "call_key", "idempotency_key"]
 
 # The configurable key under which execute_tool hands a call's idempotency key to its tool.
@@ -57,19 +59,10 @@ class EffectLedger:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        # isolation_level=None and an explicit BEGIN IMMEDIATE: the lookup and the effect share one write
-        # lock, so two processes running the same call cannot both miss the key.
-        conn = sqlite3.connect(self.path, isolation_level=None, timeout=30)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-        finally:
-            conn.close()
+        # The lookup and the effect share one write lock, so two processes running the same call cannot both
+        # miss the key.
+        with immediate_transaction(self.path) as conn:
+            yield conn
 
     def done(self, conn: sqlite3.Connection, key: str) -> tuple[str, Any] | None:
         """The recorded result and detail of the effect with `key`, or None when it was not made."""
