@@ -1,11 +1,12 @@
 """Cutting text to length: the one helper and the one marker of cut text, for everything reinloop shows a
-model or a person (prompts, observations, digests, summaries, feedback, final messages)."""
+model or a person (prompts, observations, digests, summaries, feedback, final messages); and counts with their
+noun ("1 round", "2 rounds")."""
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["CUT_MARKER", "gist", "truncate"]
+__all__ = ["CUT_MARKER", "counted", "gist", "truncate"]
 
 # The first sentence: up to a full stop, question or exclamation mark that ends the text or comes before a space.
 _FIRST_SENTENCE = re.compile(r"\S.*?[.!?](?=\s|$)", re.DOTALL)
@@ -34,3 +35,8 @@ def gist(text: str, max_chars: int | None = None) -> str:
     found = _FIRST_SENTENCE.match(line)
     sentence = found.group(0) if found else line
     return sentence if max_chars is None else truncate(sentence, max_chars)
+
+
+def counted(count: int, noun: str) -> str:
+    """`count` with `noun`, in the plural unless it is one: "1 round", "2 rounds"."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

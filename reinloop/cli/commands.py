@@ -23,6 +23,7 @@ from reinloop.checkpoint import database_label, is_postgres_url, is_unreadable, 
 from reinloop.cli import EXIT_CODES, CommandError, Interrupted, display, review
 from reinloop.errors import CheckpointError, ReinloopError
 from reinloop.state import read_input
+from reinloop.text import counted
 
 __all__ = ["default_db", "evaluate", "graph", "history", "mark", "prune", "resume", "run", "show"]
 
@@ -196,7 +197,7 @@ class _Watch:
         if snapshot.metadata is None:
             return NOTHING_SAVED_TEMPLATE.format(thread=self.thread)
         new = self.began and _checkpoint_id(snapshot) != self.before
-        step, rounds = snapshot.metadata.get("step"), display.counted(snapshot.values.get("iteration", 0), "round")
+        step, rounds = snapshot.metadata.get("step"), counted(snapshot.values.get("iteration", 0), "round")
         text = (SAVED_TEMPLATE if new else NOTHING_NEW_TEMPLATE).format(thread=self.thread, step=step, rounds=rounds)
         reason = snapshot.values.get("finish_reason")
         resumable = bool(snapshot.next) or reason not in (None, "answered")

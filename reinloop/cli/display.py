@@ -23,6 +23,7 @@ from rich.text import Text
 
 from reinloop.graph import CHECK_FINISH, VALIDATE_ARGS
 from reinloop.nodes.circuit_break import EXPLANATION_KEY
+from reinloop.text import counted
 
 if TYPE_CHECKING:
     from reinloop.eval.benchmark import Benchmark
@@ -33,7 +34,6 @@ __all__ = [
     "SHOWN_CHARS",
     "StepPrinter",
     "benchmark_report",
-    "counted",
     "final_report",
     "history_table",
     "marked",
@@ -267,11 +267,6 @@ def unmarked(console: Console, thread: str, checkpoint: str, removed: bool) -> N
         console.print(Text(f"unmarked checkpoint {checkpoint} of thread {thread}: prune may delete it"))
     else:
         console.print(Text(f"checkpoint {checkpoint} of thread {thread} was not marked"))
-
-
-def counted(count: int, noun: str) -> str:
-    """`count` with `noun`, in the plural unless it is one: "1 round", "2 rounds"."""
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def _size(count: int) -> str:

@@ -20,7 +20,7 @@ from reinloop.context import AgentContext
 from reinloop.errors import InvariantError
 from reinloop.repeats import horizon
 from reinloop.state import NO_USAGE, AgentState, CallCheck
-from reinloop.text import truncate
+from reinloop.text import counted, truncate
 
 __all__ = ["EXPLANATION_KEY", "RESUME_ADVICE", "circuit_break"]
 
@@ -45,22 +45,22 @@ def circuit_break(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
     tool_attempts = state.get("tool_attempts", 0)
     text = template.format(
         iteration=iteration,
-        rounds=_counted(iteration, "round"),
+        rounds=counted(iteration, "round"),
         tokens=state.get("usage", NO_USAGE)["total_tokens"],
         budget=settings.run_token_budget,
         errors=errors,
-        error_count=_counted(errors, "error"),
+        error_count=counted(errors, "error"),
         threshold=settings.error_threshold,
         last_error=_last_error(state),
         max_repeats=settings.max_repeats,
         loop_window=settings.loop_window,
         tool_attempts=tool_attempts,
-        tool_calls=_counted(tool_attempts, "tool call"),
+        tool_calls=counted(tool_attempts, "tool call"),
         max_tool_attempts=tool_attempt_limit(state, settings),
         repeats_after_feedback=settings.repeats_after_feedback,
-        times_after_feedback=_counted(settings.repeats_after_feedback, "time"),
+        times_after_feedback=counted(settings.repeats_after_feedback, "time"),
         repeats_after_cache=settings.repeats_after_cache,
-        times_after_cache=_counted(settings.repeats_after_cache, "time"),
+        times_after_cache=counted(settings.repeats_after_cache, "time"),
         horizon=horizon(settings),
         round_steps=round_steps(settings.max_parse_retries),
         repeats="Calls of the same tool" if settings.loop_key == "tool" else "The same call",
@@ -71,11 +71,6 @@ def circuit_break(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
     final = AIMessage(text + RESUME_ADVICE, name="circuit_break", response_metadata={EXPLANATION_KEY: text})
     # A reflection turn the run did not get to take is not for the next run's first decision.
     return {"messages": [final], "reflection": None}
-
-
-def _counted(count: int, noun: str) -> str:
-    """`count` with `noun`, in the plural unless it is one: "1 round", "2 rounds"."""
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def _call_text(check: CallCheck) -> str:
