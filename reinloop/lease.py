@@ -26,12 +26,14 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Hashable, Iterator
 from dataclasses import dataclass
+from functools import cache, partial
 from pathlib import Path
 from typing import Any, Final, Protocol
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
+from reinloop.drivers import Steps, adrive, drive, io
 from reinloop.errors import ThreadBusyError
 from reinloop.sqlite import immediate_transaction
 
@@ -84,7 +86,7 @@ def hold_thread(saver: BaseCheckpointSaver[Any], thread_id: str, wait_s: float) 
     """Hold `thread_id`'s lease on `saver`'s database while the block runs; `ThreadBusyError` if another run
     holds it for longer than `wait_s` seconds."""
     lease = _lease(saver, _sqlite_path(saver), thread_id)
-    _take(lease, thread_id, wait_s, time.sleep)
+    drive(_take(lease, thread_id, wait_s))
     try:
         yield
     finally:
@@ -95,31 +97,24 @@ def hold_thread(saver: BaseCheckpointSaver[Any], thread_id: str, wait_s: float) 
 async def ahold_thread(saver: BaseCheckpointSaver[Any], thread_id: str, wait_s: float) -> AsyncIterator[None]:
     """`hold_thread` under ainvoke/astream: the lease's database work runs in a worker thread."""
     lease = _lease(saver, await _asqlite_path(saver), thread_id)
-    deadline = time.monotonic() + wait_s
-    delay = _FIRST_POLL_S
-    while not await asyncio.to_thread(lease.take):
-        delay = _next_poll(lease, thread_id, deadline, delay)
-        await asyncio.sleep(delay)
+    await adrive(_take(lease, thread_id, wait_s))
     try:
         yield
     finally:
         await asyncio.to_thread(lease.give_back)
 
 
-def _take(lease: _Lease, thread_id: str, wait_s: float, sleep: Any) -> None:
+def _take(lease: _Lease, thread_id: str, wait_s: float) -> Steps[None]:
+    """Take `lease`, asking again while it is busy, with growing pauses, for up to `wait_s` seconds; then
+    `ThreadBusyError`. The database work runs in a worker thread under ainvoke."""
     deadline = time.monotonic() + wait_s
     delay = _FIRST_POLL_S
-    while not lease.take():
-        delay = _next_poll(lease, thread_id, deadline, delay)
-        sleep(delay)
-
-
-def _next_poll(lease: _Lease, thread_id: str, deadline: float, delay: float) -> float:
-    """How long to wait before asking for a busy lease again; `ThreadBusyError` once the wait is over."""
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise ThreadBusyError(BUSY_TEMPLATE.format(thread=thread_id, holder=lease.holder or "this process"))
-    return min(delay * 2, _LAST_POLL_S, left)
+    while not (yield from io(lease.take, partial(asyncio.to_thread, lease.take))):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ThreadBusyError(BUSY_TEMPLATE.format(thread=thread_id, holder=lease.holder or "this process"))
+        delay = min(delay * 2, _LAST_POLL_S, left)
+        yield from io(partial(time.sleep, delay), partial(asyncio.sleep, delay))
 
 
 def _lease(saver: BaseCheckpointSaver[Any], sqlite_path: str | None, thread_id: str) -> _Lease:
@@ -363,7 +358,12 @@ class _OwnSessionLease(_PostgresLease):
 
 
 def _this_process() -> Holder:
-    return Holder(host=socket.gethostname(), pid=os.getpid(), started=_start_time(os.getpid()) or "")
+    return _process(socket.gethostname(), os.getpid())
+
+
+@cache  # a process's start time does not change; a forked child asks with its own pid
+def _process(host: str, pid: int) -> Holder:
+    return Holder(host=host, pid=pid, started=_start_time(pid) or "")
 
 
 def _running(holder: Holder) -> bool:
