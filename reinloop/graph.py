@@ -354,22 +354,24 @@ class _Agent(CompiledStateGraph[RunState, None, Any, AgentState]):
         return cls(first_steps=first_steps, thread_wait_s=thread_wait_s, **compiled_graph_fields(graph))
 
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[Any]:
-        runs = super().stream(_checked(input), self._holds_a_round(config), **kwargs)
-        written = self._written(config)
+        checked = _checked(input)
+        written = self._written(self._holds_a_round(config))
+        runs = super().stream(checked, config, **kwargs)
         if written is None:
             return runs
         return _leased(runs, hold_thread(written.saver, written.thread, self.thread_wait_s), written, _continues(input))
 
     def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AsyncIterator[Any]:
-        runs = super().astream(_checked(input), self._holds_a_round(config), **kwargs)
-        written = self._written(config)
+        checked = _checked(input)
+        written = self._written(self._holds_a_round(config))
+        runs = super().astream(checked, config, **kwargs)
         if written is None:
             return runs
         lease = ahold_thread(written.saver, written.thread, self.thread_wait_s)
         return _aleased(runs, lease, written, _continues(input))
 
     def bulk_update_state(self, config: RunnableConfig, supersteps: Sequence[Sequence[StateUpdate]]) -> RunnableConfig:
-        written = self._written(config)
+        written = self._written(merge_configs(self.config, config))
         if written is None:
             return super().bulk_update_state(config, supersteps)
         with hold_thread(written.saver, written.thread, self.thread_wait_s):
@@ -378,17 +380,17 @@ class _Agent(CompiledStateGraph[RunState, None, Any, AgentState]):
     async def abulk_update_state(
         self, config: RunnableConfig, supersteps: Sequence[Sequence[StateUpdate]]
     ) -> RunnableConfig:
-        written = self._written(config)
+        written = self._written(merge_configs(self.config, config))
         if written is None:
             return await super().abulk_update_state(config, supersteps)
         async with ahold_thread(written.saver, written.thread, self.thread_wait_s):
             return await super().abulk_update_state(config, supersteps)
 
-    def _written(self, config: RunnableConfig | None) -> _Written | None:
-        """The saver and thread a run writes, when it must hold the thread's lease (`reinloop.lease`): not
-        without a saver of its own (none, or LangGraph Server's, given at run time, whose run queue already
-        runs one run of a thread at a time), nor as a subgraph, whose parent's run writes the thread."""
-        merged = merge_configs(self.config, config)
+    def _written(self, merged: RunnableConfig) -> _Written | None:
+        """The saver and thread a run with `merged` (its config merged with the agent's) writes, when it must
+        hold the thread's lease (`reinloop.lease`): not without a saver of its own (none, or LangGraph Server's,
+        given at run time, whose run queue already runs one run of a thread at a time), nor as a subgraph,
+        whose parent's run writes the thread."""
         configurable = merged.get("configurable") or {}
         thread = configurable.get("thread_id")
         if (
@@ -399,11 +401,13 @@ class _Agent(CompiledStateGraph[RunState, None, Any, AgentState]):
             return None
         return _Written(self.checkpointer, str(thread), merged)
 
-    def _holds_a_round(self, config: RunnableConfig | None) -> RunnableConfig | None:
-        limit = ensure_config(merge_configs(self.config, config))["recursion_limit"]
+    def _holds_a_round(self, config: RunnableConfig | None) -> RunnableConfig:
+        """`config` merged with the agent's own, once its recursion limit is found to hold a round."""
+        merged = merge_configs(self.config, config)
+        limit = ensure_config(merged)["recursion_limit"]
         if limit < self.first_steps:
             raise ConfigurationError(RECURSION_LIMIT_TEMPLATE.format(limit=limit, steps=self.first_steps))
-        return config
+        return merged
 
 
 class _Written(NamedTuple):
