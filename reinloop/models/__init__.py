@@ -90,8 +90,7 @@ def openai_compatible_model(
 
     if max_reply_tokens is not None:
         kwargs["max_tokens"] = max_reply_tokens
-        kwargs["extra_body"] = {"max_tokens": max_reply_tokens, **(kwargs.get("extra_body") or {})}
-    return ChatOpenAI(model=model, base_url=base_url, **kwargs)
+    return _server_capped(ChatOpenAI(model=model, base_url=base_url, **kwargs))
 
 
 def is_transient(exc: Exception) -> bool:
