@@ -7,7 +7,7 @@ import json
 import threading
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 
 class JsonHandler(BaseHTTPRequestHandler):
@@ -43,7 +43,7 @@ class _ChatServer:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
 
-    def __enter__(self) -> _ChatServer:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
@@ -92,10 +92,6 @@ class ScriptedOpenAIServer(_ChatServer):
         super().__init__()
         self.replies: list[Any] = []
 
-    def __enter__(self) -> ScriptedOpenAIServer:
-        super().__enter__()
-        return self
-
     def _completion(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         if not self.replies:
             return 500, {"error": {"message": "script exhausted"}}
@@ -125,10 +121,6 @@ class RunawayOpenAIServer(_ChatServer):
     def __init__(self) -> None:
         super().__init__()
         self.completions: list[int] = []
-
-    def __enter__(self) -> RunawayOpenAIServer:
-        super().__enter__()
-        return self
 
     def _completion(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         caps = [body[key] for key in ("max_tokens", "max_completion_tokens") if isinstance(body.get(key), int)]
