@@ -66,6 +66,7 @@ __all__ = [
     "invoke_tool",
     "is_async_tool",
     "run_tool",
+    "stop_workers",
     "tool_steps",
     "wait_problem",
 ]
@@ -480,8 +481,9 @@ def _start_context() -> Any:
 
 
 @atexit.register
-def _stop_pool() -> None:
-    """Stop the workers at interpreter exit, hung ones included, without waiting for their calls."""
+def stop_workers() -> None:
+    """Stop the worker processes, hung ones included, without waiting for their calls: at interpreter exit, or
+    when a caller stops (the command on Ctrl-C). A later process-isolated call starts a new pool."""
     global _pool
     with _pool_lock:
         pool, _pool = _pool, None
