@@ -8,7 +8,7 @@ import os
 import shlex
 import sqlite3
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -213,13 +213,13 @@ def _checkpoint_id(snapshot: Any) -> str | None:
 def _told_on_interrupt(watch: _Watch) -> Iterator[None]:
     """Ctrl-C: once the block has stopped what it started (the model server, the database), end the tool
     workers and report what was saved (`Interrupted`)."""
-    from reinloop.tools.execution import _stop_pool as stop_tool_workers
+    from reinloop.tools.execution import stop_workers
 
     try:
         yield
     except KeyboardInterrupt:
         # Before the report, not at interpreter exit: a worker still running a call has nothing to wait for.
-        stop_tool_workers()
+        stop_workers()
         raise Interrupted(watch.report()) from None
 
 
@@ -269,9 +269,14 @@ def _database(given: str | None, *, must_exist: bool) -> Iterator[_Database]:
 
 def _check_creatable(path: Path) -> None:
     """Refuse a new SQLite file's path with a file where a folder must be, before anything starts."""
-    found = next(parent for parent in path.parents if parent.exists())  # "." or "/" at the latest
-    if not found.is_dir():
+    if (found := _file_in_the_way(path.parents)) is not None:
         raise CommandError(NEW_DATABASE_TEMPLATE.format(path=path, found=found))
+
+
+def _file_in_the_way(paths: Iterable[Path]) -> Path | None:
+    """The first of `paths` (a path, then the folders above it) that exists, if it is not a folder."""
+    found = next((path for path in paths if path.exists()), None)
+    return None if found is None or found.is_dir() else found
 
 
 def _data_folder() -> Path:
@@ -315,8 +320,7 @@ def _agent(args: argparse.Namespace, settings: dict[str, Any], db: _Database) ->
 def _workspace(given: str | Path) -> Path:
     """The folder the tools work in, checked: neither it nor a folder above it may be a file."""
     workspace = Path(given)
-    found = next((path for path in (workspace, *workspace.parents) if path.exists()), None)
-    if found is not None and not found.is_dir():
+    if (found := _file_in_the_way([workspace, *workspace.parents])) is not None:
         raise CommandError(WORKSPACE_TEMPLATE.format(workspace=workspace, file=found))
     return workspace
 
