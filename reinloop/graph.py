@@ -16,7 +16,7 @@ what failed at the end of its next prompt.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, aclosing
 from functools import partial, wraps
 from typing import (
@@ -27,7 +27,6 @@ from typing import (
     NamedTuple,
     TypeAlias,
     TypeVar,
-    get_args,
     get_origin,
     get_type_hints,
 )
@@ -125,6 +124,19 @@ RECURSION_LIMIT_TEMPLATE = (
 
 AfterValidateArgs = Literal["decide", "execute_tool", "observe", "check_finish"]
 AfterCheckFinish = Literal["decide", "circuit_break", "__end__"]
+# Each conditional edge's label in the diagram (LangGraph's path map: what the router returns, to the node it
+# leads to), as the README's diagram draws them.
+VALIDATE_ARGS_EDGES: Final[dict[Hashable, str]] = {
+    "ok": "execute_tool",
+    "parse error, retry left": "decide",
+    "invalid, refused or cached call": "observe",
+    "final answer": "check_finish",
+}
+CHECK_FINISH_EDGES: Final[dict[Hashable, str]] = {
+    "continue, or reflect": "decide",
+    "breaker tripped": "circuit_break",
+    "answered": "__end__",
+}
 
 
 def route_after_validate_args(state: AgentState) -> AfterValidateArgs | list[Send]:
@@ -246,11 +258,13 @@ def _diagram(
 
     graph.add_edge(START, DECIDE)
     graph.add_edge(DECIDE, VALIDATE_ARGS)
-    graph.add_conditional_edges(VALIDATE_ARGS, _router(route_after_validate_args), list(get_args(AfterValidateArgs)))
+    graph.add_conditional_edges(
+        VALIDATE_ARGS, _router(route_after_validate_args, VALIDATE_ARGS_EDGES), VALIDATE_ARGS_EDGES
+    )
     graph.add_edge(EXECUTE_TOOL, OBSERVE)
     graph.add_edge(OBSERVE, COMPRESS_MEMORY)
     graph.add_edge(COMPRESS_MEMORY, CHECK_FINISH)
-    graph.add_conditional_edges(CHECK_FINISH, _router(route_after_check_finish))
+    graph.add_conditional_edges(CHECK_FINISH, _router(route_after_check_finish, CHECK_FINISH_EDGES), CHECK_FINISH_EDGES)
     graph.add_edge(CIRCUIT_BREAK, END)
     return graph
 
@@ -311,10 +325,18 @@ def _achanges_only(node: Callable[..., Awaitable[dict[str, Any]]]) -> Callable[.
     return run
 
 
-def _router(route: Callable[[AgentState], Any]) -> RunnableCallable:
-    """A router that runs as it is under ainvoke/astream too: LangGraph would hand each call to a worker thread.
-    Its diagram edges still come from its `Literal` return type."""
-    return RunnableCallable(route, _on_loop(route), name=route.__name__)
+def _router(route: Callable[[AgentState], Any], edges: Mapping[Hashable, str]) -> RunnableCallable:
+    """`route`, returning the label of the edge it takes (`edges` maps each label to its node; `Send`s pass
+    through), and running as it is under ainvoke/astream too: LangGraph would hand each call to a worker
+    thread."""
+    labels = {node: label for label, node in edges.items()}
+
+    @wraps(route)
+    def labelled(state: AgentState) -> Any:
+        target = route(state)
+        return labels[target] if isinstance(target, str) else target
+
+    return RunnableCallable(labelled, _on_loop(labelled), name=route.__name__)
 
 
 def _on_loop(function: Callable[..., T]) -> Callable[..., Awaitable[T]]:
