@@ -143,6 +143,9 @@ class ToolOutcome(TypedDict):
     content: str  # the observation text sent back to the model
     error_kind: ErrorKind | None
     attempts: int  # how often the tool ran for it, retries included (0: not run)
+    # The tool's artifact (response_format="content_and_artifact", as MCP tools' structured content): kept on
+    # the call's ToolMessage for the application, never shown to the model. Absent: none, or not storable.
+    artifact: NotRequired[Any]
 
 
 class InDoubtCall(TypedDict):

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
-from langchain_core.tools import ToolException, tool
+from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.base import BaseStore, Op, Result
 from langgraph.store.memory import InMemoryStore
@@ -96,7 +96,7 @@ class Flaky:
             """Fetch a page from a service that sometimes fails."""
             self.calls += 1
             if self.calls <= failures:
-                raise ToolException(f"service unavailable (call {self.calls})")
+                raise ConnectionError(f"service unavailable (call {self.calls})")
             return f"page for {query}"
 
         self.tool = fetch

@@ -1,5 +1,5 @@
-"""Transient tool failures are retried in place: an exception or a timeout runs the call again after a
-tenacity backoff, up to `tool_attempts`, without a model call; non-retryable tools, empty results and
+"""Transient tool failures are retried in place: an exception (not a ToolException) or a timeout runs the call
+again after a tenacity backoff, up to `tool_attempts`, without a model call; non-retryable tools, empty results and
 rejected calls run once; the model sees only the last failure; `max_tool_attempts` bounds a whole run."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import ToolMessage
-from langchain_core.tools import BaseTool, ToolException, tool
+from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import BaseModel
 
@@ -48,7 +48,7 @@ class Flaky:
             self.calls += 1
             self.keys.append(idempotency_key())
             if self.calls <= failures:
-                raise ToolException(f"service unavailable (call {self.calls})")
+                raise ConnectionError(f"service unavailable (call {self.calls})")
             return f"page for {query}"
 
         self.tool = tool(name)(fetch)
@@ -92,7 +92,8 @@ def test_a_tool_that_always_fails_runs_exactly_tool_attempts_times_and_the_model
     assert flaky.calls == 4
     seen = [message for message in model.calls[1].messages if isinstance(message, ToolMessage)]
     assert [message.content for message in seen] == [
-        "Error: 'fetch' failed (4 attempts): service unavailable (call 4). Change the arguments or the tool."
+        "Error: 'fetch' failed (4 attempts): ConnectionError: service unavailable (call 4). "
+        "Change the arguments or the tool."
     ]
     assert (result["consecutive_errors"], result["tool_attempts"]) == (1, 4)
 
@@ -102,7 +103,7 @@ def test_one_attempt_means_no_retry_and_no_note():
     agent, _ = agent_with([flaky.tool], [tool_call("fetch", {"query": "q"}), "done"], tool_attempts=1)
     (message,) = tool_messages(agent.invoke({"task": "t"}))
     assert flaky.calls == 1
-    assert message.content.startswith("Error: 'fetch' failed: service unavailable (call 1).")
+    assert message.content.startswith("Error: 'fetch' failed: ConnectionError: service unavailable (call 1).")
 
 
 @pytest.mark.parametrize(
@@ -198,7 +199,7 @@ class Counted(BaseTool):
         if runs <= fail and hang:
             sum(range(10**10))  # holds the GIL: only the worker's kill ends it
         if runs <= fail:
-            raise ToolException(f"failed run {runs}")
+            raise ConnectionError(f"failed run {runs}")
         return f"ok after {runs} runs"
 
 

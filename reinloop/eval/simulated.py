@@ -15,7 +15,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.messages.tool import ToolCall
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
-from langchain_core.tools import BaseTool, StructuredTool, ToolException
+from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import PrivateAttr
 
 from reinloop.config import ProtocolName
@@ -330,7 +330,8 @@ class ToolStats:
 
 
 def faulty_tools(tools: Sequence[BaseTool], profile: FaultProfile, seed: int, stats: ToolStats) -> list[BaseTool]:
-    """The tools with seeded faults injected: exceptions, slow calls, empty results."""
+    """The tools with seeded faults injected: exceptions (a backend that failed, which another attempt may
+    fix), slow calls, empty results."""
     rng = random.Random(seed)
 
     def wrap(tool: BaseTool) -> BaseTool:
@@ -338,7 +339,7 @@ def faulty_tools(tools: Sequence[BaseTool], profile: FaultProfile, seed: int, st
             stats.executed += 1
             fault = rng.choice(["exception", "slow", "empty"]) if rng.random() < profile.tool_fault_rate else None
             if fault == "exception":
-                raise ToolException(f"{tool.name} failed: simulated internal error")
+                raise ConnectionError(f"{tool.name} failed: simulated internal error")
             if fault == "empty":
                 return ""
             result = tool.invoke(kwargs)

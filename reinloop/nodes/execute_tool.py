@@ -14,7 +14,10 @@ validate_args set from the tool's `retryable`, `tool_attempts` and the run's `ma
 model call, decision or error is counted for the retries.
 
 What the tool produced (its result, or the message of what it raised) is cut to `observation_max_chars`
-here, where it is stored: the checkpoint holds what the model will see, never a tool's whole 10 MB.
+here, where it is stored: the checkpoint holds what the model will see, never a tool's whole 10 MB. A tool
+with response_format="content_and_artifact" (every MCP tool) is called with a ToolCall, as LangGraph's
+ToolNode calls it, so that its artifact comes back; the artifact is stored with the outcome, for the call's
+ToolMessage, when a checkpointer can store it and it is at most `MAX_ARTIFACT_CHARS` as JSON.
 
 A tool may take arguments the model does not see: `ToolRuntime`, `InjectedState`, `InjectedToolCallId` and
 `InjectedStore` are filled in here, as LangGraph's ToolNode fills them (`reinloop.tools.injection`); they are
@@ -48,7 +51,7 @@ from reinloop.approvals import EDITED_NOTE
 from reinloop.context import AgentContext
 from reinloop.drivers import Steps, adrive, drive
 from reinloop.state import CallCheck, ErrorKind, InDoubtCall, ToolOutcome
-from reinloop.storable import clean_text
+from reinloop.storable import clean_text, clean_value, storage_problem
 from reinloop.text import truncate
 from reinloop.tools.commands import settle_command
 from reinloop.tools.effects import IDEMPOTENCY_KEY
@@ -59,6 +62,7 @@ from reinloop.tools.retry import Backoff, retry_steps
 __all__ = [
     "ATTEMPTS_NOTE",
     "EMPTY_RESULT_TEMPLATE",
+    "MAX_ARTIFACT_CHARS",
     "TIMEOUT_TEMPLATE",
     "TOOL_ERROR_TEMPLATE",
     "UNKNOWN_OUTCOME_TEMPLATE",
@@ -71,6 +75,9 @@ TIMEOUT_TEMPLATE = "Error: {name!r} gave no result within {timeout:g} s{tries}. 
 EMPTY_RESULT_TEMPLATE = "Error: {name!r} returned no usable result{tries}: {reason}. Change the arguments or the tool."
 # Fills {tries} above when the call was retried; empty after a single attempt.
 ATTEMPTS_NOTE = " ({attempts} attempts)"
+
+# An artifact larger than this (as JSON) is not saved with the run: it would be in every later checkpoint.
+MAX_ARTIFACT_CHARS = 64_000
 
 UNKNOWN_OUTCOME_TEMPLATE = (
     "Error: the outcome of this {name!r} call is unknown: the process running it stopped before its result "
@@ -111,7 +118,7 @@ def _execute_tool(check: CallCheck, ctx: AgentContext, config: RunnableConfig) -
     if check.get("review") == "edited":
         # The model's message still holds the call it made; the result must say it is not that call's.
         content = EDITED_NOTE.format(args=json.dumps(check["args"], ensure_ascii=False)) + content
-    return {**_outcome(check, content, run.error_kind, attempts=made), **written}
+    return {**_outcome(check, content, run.error_kind, attempts=made, artifact=run.artifact), **written}
 
 
 def _in_flight_at_a_crash(config: RunnableConfig) -> bool:
@@ -135,6 +142,8 @@ def _call_args(check: CallCheck, ctx: AgentContext, config: RunnableConfig) -> d
     """The model's arguments, or for a tool with injected arguments the ToolCall that carries them too."""
     entry = ctx.registry[check["name"]]
     if not entry.injection.needed:
+        if entry.tool.response_format == "content_and_artifact":
+            return {"type": "tool_call", "name": check["name"], "args": check["args"], "id": check["call_id"]}
         return check["args"]
     return inject(
         entry.tool, entry.injection, check["args"], check["call_id"], config, ctx.state_keys, ctx.registry.tools
@@ -155,8 +164,19 @@ def _content(run: ToolRun, name: str, timeout: float, attempts: int, max_chars: 
     return TOOL_ERROR_TEMPLATE.format(name=name, error=text, tries=tries)
 
 
-def _outcome(check: CallCheck, content: str, error_kind: ErrorKind | None, attempts: int) -> dict[str, Any]:
+def _outcome(
+    check: CallCheck, content: str, error_kind: ErrorKind | None, attempts: int, artifact: Any = None
+) -> dict[str, Any]:
     outcome = ToolOutcome(
         call_id=check["call_id"], name=check["name"], content=content, error_kind=error_kind, attempts=attempts
     )
+    if artifact is not None and _storable(artifact):
+        outcome["artifact"] = clean_value(artifact)
     return {"tool_results": [outcome]}
+
+
+def _storable(artifact: Any) -> bool:
+    if storage_problem(artifact) is not None:
+        return False
+    # Safe now: storage_problem bounded the nesting and the types.
+    return len(json.dumps(artifact, ensure_ascii=False)) <= MAX_ARTIFACT_CHARS

@@ -74,10 +74,10 @@ def observe(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
     for check in state.get("checks", []):
         outcome = _outcome(check, outcomes)
         content, error_kind = _observation(check, outcome)
+        status = "error" if error_kind else "success"
+        artifact = outcome.get("artifact") if outcome is not None else None
         messages.append(
-            ToolMessage(
-                content, tool_call_id=check["call_id"], name=check["name"], status="error" if error_kind else "success"
-            )
+            ToolMessage(content, tool_call_id=check["call_id"], name=check["name"], status=status, artifact=artifact)
         )
         records.append(record(check, outcome))
         if error_kind in REFUSALS:

@@ -14,6 +14,15 @@ without a text form, a coroutine or generator returned instead of a result, a ti
 boundary and nothing is re-raised in the agent. Only LangGraph control flow (`GraphBubbleUp`) and an
 interrupt of the caller's own thread pass through. The one raw value kept is a LangGraph `Command` returned
 in a thread, which execute_tool judges; a worker process reports one as an error.
+
+One rule says what is an error, whatever the tool's origin (`ResultRules`): the tool raised (a `ToolException`
+too, which LangChain would have turned into content for a tool with `handle_tool_error`: reinloop runs such a
+tool with the handling off and words the error as the tool's handler does); it returned a ToolMessage with
+status "error" (an MCP tool's error result, through langchain-mcp-adapters); or its text is an error by the
+tool's own `is_error`. Which failures another attempt may fix is decided here too (`ToolRun.transient`): a
+timeout, a crashed worker and an exception are; a ToolException (the tool's message for the model, an MCP
+server's refusal), a ToolMessage error, a lazy or unshowable result and an `is_error` text are the model's
+to fix. A tool's `retry_on` replaces that rule for the exceptions it raises.
 """
 
 from __future__ import annotations
@@ -36,8 +45,9 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, get_args
 
+from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 from pebble import ProcessExpired, ProcessFuture, ProcessPool
@@ -45,7 +55,16 @@ from pebble import ProcessExpired, ProcessFuture, ProcessPool
 from reinloop.drivers import Steps, adrive, drive, io
 from reinloop.state import ErrorKind
 from reinloop.tools.effects import IDEMPOTENCY_KEY
-from reinloop.tools.results import ResultCheck, UnshowableResultError, describe_error, refuse_lazy, result_text
+from reinloop.tools.results import (
+    ResultCheck,
+    UnshowableResultError,
+    content_text,
+    describe_error,
+    handled_error,
+    refuse_lazy,
+    reject_empty,
+    result_text,
+)
 
 if TYPE_CHECKING:
     from reinloop.tools.registry import RegisteredTool
@@ -56,6 +75,8 @@ __all__ = [
     "POOL_WORKERS",
     "WORKER_WAIT_S",
     "Isolation",
+    "ResultRules",
+    "RetryOn",
     "ToolExitError",
     "ToolRun",
     "ToolTimeoutError",
@@ -105,6 +126,10 @@ COMMAND_IN_PROCESS = (
 )
 
 
+# Which exceptions of a tool another attempt may fix: exception types, or a predicate on the exception.
+RetryOn = tuple[type[BaseException], ...] | Callable[[BaseException], bool]
+
+
 @dataclass(frozen=True, slots=True)
 class ToolRun:
     """What one call produced, as plain text: the result (`error_kind` None), the result check's reason
@@ -116,6 +141,37 @@ class ToolRun:
     # A LangGraph Command the tool returned (`text` empty): execute_tool decides what of it applies
     # (`reinloop.tools.commands`). Only from a call in a thread: a worker process never sends one back.
     command: Command[Any] | None = None
+    # Whether another attempt may fix this failure (`reinloop.tools.retry` runs the call again in place).
+    transient: bool = False
+    # A tool's artifact (response_format="content_and_artifact"): kept on its ToolMessage, never shown.
+    artifact: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class ResultRules:
+    """How a tool's outcome is judged where it ran (pickled to a worker with the tool): `check` finds an empty
+    result; `is_error` an error the tool reports in its text; `retry_on` the exceptions another attempt may
+    fix (None: all but ToolException); `handle_tool_error` is the tool's own, applied to its ToolException."""
+
+    check: ResultCheck = reject_empty
+    is_error: Callable[[str], bool] | None = None
+    retry_on: RetryOn | None = None
+    handle_tool_error: Any = False
+
+    def transient(self, exc: BaseException) -> bool:
+        if self.retry_on is None:
+            return not isinstance(exc, ToolException)
+        if isinstance(self.retry_on, tuple):
+            return isinstance(exc, self.retry_on)
+        try:
+            return bool(self.retry_on(exc))
+        except Exception:  # a predicate that fails retries nothing
+            return False
+
+    def error_text(self, exc: BaseException) -> str:
+        if isinstance(exc, ToolException) and self.handle_tool_error:
+            return handled_error(exc, self.handle_tool_error)
+        return describe_error(exc)
 
 
 class ToolTimeoutError(TimeoutError):
@@ -158,18 +214,19 @@ def tool_steps(
     entry: RegisteredTool, args: dict[str, Any], timeout_s: float, config: RunnableConfig | None
 ) -> Steps[ToolRun]:
     """`run_tool` as steps for `reinloop.drivers`."""
+    tool, rules = entry.runner, entry.rules
     if entry.isolation == "process":
-        return (yield from _in_process(entry.tool, args, entry.check_result, timeout_s, _portable(config)))
-    settle = partial(_settle, entry.tool, args, entry.check_result, config)
-    if is_async_tool(entry.tool):
-        asettle = partial(_asettle, entry.tool, args, entry.check_result, config)
+        return (yield from _in_process(tool, args, rules, timeout_s, _portable(config)))
+    settle = partial(_settle, tool, args, rules, config)
+    if is_async_tool(tool):
+        asettle = partial(_asettle, tool, args, rules, config)
         wait = partial(await_with_timeout, asettle, timeout_s)
     else:
         wait = partial(acall_with_timeout, settle, timeout_s)
     try:
         return (yield from io(partial(call_with_timeout, settle, timeout_s), wait))
     except ToolTimeoutError:
-        return ToolRun("timeout", "")
+        return ToolRun("timeout", "", transient=True)
 
 
 def is_async_tool(tool: BaseTool) -> bool:
@@ -184,22 +241,22 @@ def is_async_tool(tool: BaseTool) -> bool:
 _NO_COROUTINE_FIELD = object()
 
 
-def _settle(tool: BaseTool, args: dict[str, Any], check: ResultCheck, config: RunnableConfig | None) -> ToolRun:
+def _settle(tool: BaseTool, args: dict[str, Any], rules: ResultRules, config: RunnableConfig | None) -> ToolRun:
     """Call the tool and judge its result where it ran: the check sees the raw value, which leaves only as text.
 
     Runs in the call's own thread or worker process, never the caller's, so converting the value to text
     counts against the timeout, and every BaseException (`sys.exit()` included) ends only this call.
     """
-    return drive(_settle_steps(tool, args, check, config))
+    return drive(_settle_steps(tool, args, rules, config))
 
 
-async def _asettle(tool: BaseTool, args: dict[str, Any], check: ResultCheck, config: RunnableConfig | None) -> ToolRun:
+async def _asettle(tool: BaseTool, args: dict[str, Any], rules: ResultRules, config: RunnableConfig | None) -> ToolRun:
     """`_settle` for an async tool, in the call's own task on the event loop."""
-    return await adrive(_settle_steps(tool, args, check, config))
+    return await adrive(_settle_steps(tool, args, rules, config))
 
 
 def _settle_steps(
-    tool: BaseTool, args: dict[str, Any], check: ResultCheck, config: RunnableConfig | None
+    tool: BaseTool, args: dict[str, Any], rules: ResultRules, config: RunnableConfig | None
 ) -> Steps[ToolRun]:
     try:
         value = yield from io(partial(invoke_tool, tool, args, config), partial(tool.ainvoke, args, config))
@@ -208,15 +265,20 @@ def _settle_steps(
             return ToolRun("tool_error", lazy)
         if isinstance(value, Command):
             return ToolRun(None, "", command=value)
-        if reason := check(value):
+        if isinstance(value, ToolMessage) and value.status == "error":
+            return ToolRun("tool_error", content_text(value))
+        if rules.is_error is not None and rules.is_error(text := result_text(value)):
+            return ToolRun("tool_error", text)
+        if reason := rules.check(value):
             return ToolRun("empty_result", reason)
-        return ToolRun(None, result_text(value))
+        artifact = value.artifact if isinstance(value, ToolMessage) else None
+        return ToolRun(None, result_text(value), artifact=artifact)
     except GraphBubbleUp:
         raise
     except UnshowableResultError as exc:
         return ToolRun("tool_error", str(exc))
     except BaseException as exc:
-        return ToolRun("tool_error", describe_error(exc))
+        return ToolRun("tool_error", rules.error_text(exc), transient=rules.transient(exc))
 
 
 def call_with_timeout(fn: Callable[[], T], timeout_s: float) -> T:
@@ -380,11 +442,11 @@ def _portable(config: RunnableConfig | None) -> RunnableConfig:
 
 
 def _in_process(
-    tool: BaseTool, args: dict[str, Any], check: ResultCheck, timeout_s: float, config: RunnableConfig
+    tool: BaseTool, args: dict[str, Any], rules: ResultRules, timeout_s: float, config: RunnableConfig
 ) -> Steps[ToolRun]:
     # pebble kills the worker once the task has run `timeout_s` (counted from when a worker took it) and
     # starts a replacement; a worker that dies is reported as ProcessExpired.
-    task = (tool, args, check, timeout_s, config)
+    task = (tool, args, rules, timeout_s, config)
     schedule = partial(_schedule, task, timeout_s)
     # Off the event loop under the async driver: a cold pool starts its workers, which blocks.
     future = yield from io(schedule, partial(asyncio.to_thread, schedule))
@@ -392,11 +454,12 @@ def _in_process(
     try:
         return (yield from io(partial(future.result, timeout=wait_s), partial(_await_future, future, wait_s)))
     except TimeoutError:
-        return ToolRun("timeout", "")
+        return ToolRun("timeout", "", transient=True)
     except ProcessExpired as exc:
-        return ToolRun("tool_error", f"its worker process ended abnormally (exit code {exc.exitcode})")
+        return ToolRun("tool_error", f"its worker process ended abnormally (exit code {exc.exitcode})", transient=True)
     except Exception as exc:  # the pool itself failed; a new pool serves the next call
-        return ToolRun("tool_error", f"its worker process failed ({describe_error(exc)}){_main_guard_hint()}")
+        failed = f"its worker process failed ({describe_error(exc)}){_main_guard_hint()}"
+        return ToolRun("tool_error", failed, transient=True)
     finally:
         # A no-op once the call is done. Otherwise (our wait ran out, or the caller was interrupted or
         # cancelled) it makes pebble kill the worker, so an abandoned call does not keep running.
@@ -424,7 +487,7 @@ def _main_guard_hint() -> str:
 
 
 def _run_in_worker(
-    tool: BaseTool, args: dict[str, Any], check: ResultCheck, timeout_s: float, config: RunnableConfig
+    tool: BaseTool, args: dict[str, Any], rules: ResultRules, timeout_s: float, config: RunnableConfig
 ) -> ToolRun:
     """The body of a process-isolated call, in the worker."""
     # pebble stops a worker with SIGTERM and a Python-level handler, which cannot run while the tool holds
@@ -432,12 +495,12 @@ def _run_in_worker(
     # SIGKILL. The default action ends the worker at the deadline.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     started_at = time.monotonic()
-    run = _settle(tool, args, check, config)
+    run = _settle(tool, args, rules, config)
     if run.command is not None:
         run = ToolRun("tool_error", COMMAND_IN_PROCESS)
     # pebble looks at deadlines every 0.1 s: a call that finished after its deadline, before the kill, is
     # a timeout all the same.
-    return ToolRun("timeout", "") if time.monotonic() - started_at > timeout_s else run
+    return ToolRun("timeout", "", transient=True) if time.monotonic() - started_at > timeout_s else run
 
 
 _pool: ProcessPool | None = None

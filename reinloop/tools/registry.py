@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import pickle
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.tools import BaseTool, StructuredTool
@@ -13,8 +13,9 @@ from pydantic import BaseModel, ValidationError
 
 from reinloop.errors import ConfigurationError
 from reinloop.text import truncate
-from reinloop.tools.execution import ISOLATIONS, Isolation, wait_problem
+from reinloop.tools.execution import ISOLATIONS, Isolation, ResultRules, RetryOn, wait_problem
 from reinloop.tools.injection import NO_INJECTION, Injection, injection_of
+from reinloop.tools.json_schema import JsonArgsValidator
 from reinloop.tools.results import ResultCheck, reject_empty
 
 __all__ = ["POLICY_KEY", "RESERVED_TOOL_NAMES", "RegisteredTool", "ToolRegistry", "as_tool"]
@@ -69,14 +70,26 @@ class RegisteredTool:
     # whether an identical call soon after a success may be answered with that result instead of running:
     # False for a tool whose result changes with time or with other calls' effects (a clock, a file read)
     cacheable: bool
+    # checks the arguments of a tool described only by a JSON schema (`schema` None), built once by `add`
+    json_validator: JsonArgsValidator | None = None
     # the arguments the tool takes besides the model's (ToolRuntime, InjectedState, ...), filled in at the call
     injection: Injection = NO_INJECTION
     # whether each call waits for a person to approve, edit or reject it before it runs (`reinloop.approvals`)
     approve: bool = False
+    # how a call's outcome is judged: empty, an error, worth another attempt (`check_result` is its check)
+    rules: ResultRules = field(default_factory=ResultRules)
+    # the tool as it runs, when not `tool` itself: a copy with LangChain's handle_tool_error off, so that a
+    # ToolException reaches reinloop's error accounting (`rules` words it as the tool's handler does)
+    run_as: BaseTool | None = None
 
     @property
     def name(self) -> str:
         return self.tool.name
+
+    @property
+    def runner(self) -> BaseTool:
+        """The tool to invoke for a call."""
+        return self.run_as or self.tool
 
     @property
     def signature(self) -> str:
@@ -93,8 +106,11 @@ class RegisteredTool:
         if not isinstance(args, dict):
             return [f"the arguments must be a JSON object, got {type(args).__name__}"], {}
         schema = self.schema
-        if schema is None:  # a tool described only by a JSON schema: its own invoke validates
-            return [], args
+        if schema is None:
+            # A tool described only by a JSON schema (every MCP tool): its own invoke does not check the
+            # arguments, and they stay as the model wrote them.
+            problems = self.json_validator.problems(args) if self.json_validator else []
+            return (problems, {}) if problems else ([], args)
         problems = []
         if not self.extra_args:
             # pydantic ignores unknown keys by default, which would hide a misspelled optional argument.
@@ -196,10 +212,16 @@ def _require_in_process(tool: BaseTool, injection: Injection) -> None:
         )
 
 
-def _require_picklable(tool: BaseTool, check_result: ResultCheck) -> None:
-    # Each process-isolated call pickles the tool and its result check to a worker: refuse it now rather
+def _require_picklable(tool: BaseTool, rules: ResultRules) -> None:
+    # Each process-isolated call pickles the tool and its result rules to a worker: refuse it now rather
     # than at the first call.
-    for what, obj in (("the tool", tool), ("its check_result", check_result)):
+    named = (
+        ("the tool", tool),
+        ("its check_result", rules.check),
+        ("its is_error", rules.is_error),
+        ("its retry_on", rules.retry_on),
+    )
+    for what, obj in named:
         try:
             pickle.dumps(obj)
         except Exception as exc:
@@ -230,6 +252,8 @@ class ToolRegistry:
         retryable: bool | None = None,
         cacheable: bool | None = None,
         approve: bool | None = None,
+        is_error: Callable[[str], bool] | None = None,
+        retry_on: RetryOn | None = None,
     ) -> BaseTool:
         """Register a tool. `check_result` decides what counts as an empty result; `timeout_s` overrides
         the agent's tool timeout for this tool. A duplicate or reserved name raises `ConfigurationError`.
@@ -245,6 +269,13 @@ class ToolRegistry:
         `cacheable=False` is for a tool whose result changes with time or with other calls' effects (a
         clock, a file read): an identical call soon after a success runs again instead of being answered
         with the earlier result.
+        A call's outcome is an error when the tool raises (a `ToolException` too, whatever its
+        `handle_tool_error`, whose wording is kept), returns a ToolMessage with status "error" (an MCP tool's
+        error), or returns text that `is_error` says is an error (for a tool that reports failure in its text,
+        ``is_error=lambda text: text.startswith("ERROR")``); each counts for the error streak and the breakers.
+        Of those, a timeout, a crashed worker and an exception other than a ToolException are run again in
+        place (when the tool is retryable); `retry_on` (exception types, or a predicate on the exception)
+        says instead which of the tool's exceptions are.
         `approve=True` makes each call of the tool wait for a person to approve, edit or reject it before it
         runs (`reinloop.approvals`; the agent then needs a checkpointer); `build_agent(approve=[...])` asks for
         tools by name as well.
@@ -264,6 +295,7 @@ class ToolRegistry:
             raise ConfigurationError(f"tool name {name!r} is reserved by reinloop; rename the tool")
         _check_timeout(name, timeout_s)
         schema, schema_json = _call_schema(lc_tool)
+        json_validator = JsonArgsValidator.for_tool(name, schema_json) if schema is None else None
         own_schema = lc_tool.args_schema
         extra_args = (
             isinstance(own_schema, type)
@@ -282,9 +314,11 @@ class ToolRegistry:
             cacheable=cacheable,
             approve=approve,
         )
+        handler = lc_tool.handle_tool_error
+        rules = ResultRules(check_result, is_error, retry_on, handler)
         if policy["isolation"] == "process":
             _require_in_process(lc_tool, injection)
-            _require_picklable(lc_tool, check_result)
+            _require_picklable(lc_tool, rules)
         self._tools[name] = RegisteredTool(
             tool=lc_tool,
             check_result=check_result,
@@ -296,8 +330,11 @@ class ToolRegistry:
             idempotent=policy["idempotent"],
             retryable=policy["retryable"],
             cacheable=policy["cacheable"],
+            json_validator=json_validator,
             injection=injection,
             approve=policy["approve"],
+            rules=rules,
+            run_as=lc_tool.model_copy(update={"handle_tool_error": False}) if handler else None,
         )
         return lc_tool
 

@@ -3,8 +3,11 @@
 A check takes the raw return value and returns None when it is acceptable, else a short reason that is
 shown to the model. Checks are chosen per tool in the `ToolRegistry`. `result_text` and `describe_error`
 turn any return value and any exception into text; they are the only places that call a tool's `__str__`,
-and neither lets an exception out that the caller does not expect. `refuse_lazy` turns a coroutine or
-generator that a tool returned instead of its result into the error that says so.
+and neither lets an exception out that the caller does not expect. `content_text` is how LangChain message
+content (content blocks, as MCP tools return them) reads as text: text blocks joined, anything else a short
+placeholder, never a block's id or its base64 data. `refuse_lazy` turns a coroutine or generator that a tool
+returned instead of its result into the error that says so. `handled_error` is what a tool's own
+`handle_tool_error` makes of its `ToolException`.
 """
 
 from __future__ import annotations
@@ -18,11 +21,16 @@ from langchain_core.messages import ToolMessage
 from langchain_core.tools import ToolException
 from pydantic import ValidationError
 
+from reinloop.text import truncate
+
 __all__ = [
+    "BLOCK_TYPES",
     "ResultCheck",
     "UnshowableResultError",
     "accept_any",
+    "content_text",
     "describe_error",
+    "handled_error",
     "refuse_lazy",
     "reject_empty",
     "result_text",
@@ -56,14 +64,24 @@ LAZY_RESULTS: tuple[tuple[type, str], ...] = (
 )
 
 
+# The content block types a tool's result may be made of (LangChain's, for tool messages): a list of dicts
+# whose "type" is one of these is content; a list of records with other "type" values is data.
+BLOCK_TYPES = frozenset(
+    {"text", "image_url", "image", "json", "search_result", "custom_tool_call_output", "document", "file",
+     "audio", "video", "text-plain", "plain-text"}
+)  # fmt: skip
+# A block's source shown in its placeholder is cut to this length (a URL can be long).
+SOURCE_CHARS = 80
+
+
 class UnshowableResultError(ValueError):
     """A tool's return value has no text form: its `__str__` raised, or it is an integer too long to print."""
 
 
 def reject_empty(value: Any) -> str | None:
     """The default check: None, blank text, empty collections and null-like text are not results."""
-    if isinstance(value, ToolMessage):
-        value = value.content
+    if isinstance(value, ToolMessage) or _is_blocks(value):
+        value = content_text(value)
     if value is None:
         return "the tool returned nothing (None)"
     if isinstance(value, str):
@@ -90,8 +108,8 @@ def result_text(value: Any) -> str:
     Raises `UnshowableResultError` saying why when the value has no text form (`10**5000`, an object whose
     `__str__` raises); no other exception escapes.
     """
-    if isinstance(value, ToolMessage):
-        value = value.content
+    if isinstance(value, ToolMessage) or _is_blocks(value):
+        return content_text(value)
     if isinstance(value, str):
         return value
     if value is None:
@@ -108,6 +126,76 @@ def result_text(value: Any) -> str:
         raise UnshowableResultError(
             f"its result (of type {type(value).__name__}) cannot be shown as text ({describe_error(exc)})"
         ) from None
+
+
+def content_text(content: Any) -> str:
+    """LangChain message content (a ToolMessage's, a text, or a list of content blocks) as the model reads it:
+    text blocks joined by newlines; an image, audio, file or other block as ``[image: image/png, 12.3 kB]``;
+    block ids and base64 data left out, so that the same result reads the same on every call."""
+    if isinstance(content, ToolMessage):
+        content = content.content
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return result_text(content)
+    parts = []
+    for block in content:
+        if isinstance(block, str):
+            parts.append(block)
+        elif isinstance(block, dict) and block.get("type") in ("text", "text-plain", "plain-text"):
+            parts.append(str(block.get("text", "")))
+        elif isinstance(block, dict) and block.get("type") == "json":
+            parts.append(result_text(block.get("json", block.get("data"))))
+        else:
+            parts.append(_placeholder(block))
+    return "\n".join(parts)
+
+
+def _is_blocks(value: Any) -> bool:
+    """Whether `value` is a non-empty list of content blocks rather than data."""
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(block, dict) and block.get("type") in BLOCK_TYPES for block in value)
+    )
+
+
+def _placeholder(block: Any) -> str:
+    """A non-text block in a few words: its kind, its MIME type, its size or where it is."""
+    if not isinstance(block, dict):
+        return f"[{type(block).__name__}]"
+    kind = str(block.get("type", "block")).removesuffix("_url")
+    details = [str(block["mime_type"])] if block.get("mime_type") else []
+    data = block.get("base64") or block.get("data")
+    if isinstance(data, str):
+        details.append(_size(len(data) * 3 // 4))  # base64: four characters for three bytes
+    elif isinstance(url := block.get("url") or block.get("image_url"), str | dict):
+        where = url.get("url", "") if isinstance(url, dict) else url
+        if not str(where).startswith("data:"):
+            details.append(f"at {truncate(str(where), SOURCE_CHARS)}")
+    elif block.get("file_id"):
+        details.append(f"file {truncate(str(block['file_id']), SOURCE_CHARS)}")
+    return f"[{kind}: {', '.join(details)}]" if details else f"[{kind}]"
+
+
+def _size(size: int) -> str:
+    if size < 1_000:
+        return f"{size} B"
+    return f"{size / 1_000:.1f} kB" if size < 1_000_000 else f"{size / 1_000_000:.1f} MB"
+
+
+def handled_error(exc: ToolException, handler: Any) -> str:
+    """The text of a `ToolException` as the tool's own `handle_tool_error` (`handler`) words it, as LangChain
+    would: True, the exception's message; a string, that string; a callable, what it returns (text or
+    content blocks). A handler that raises, or returns something else, leaves `describe_error`'s text."""
+    if isinstance(handler, str):
+        return handler
+    if callable(handler):
+        try:
+            return content_text(handler(exc))
+        except Exception:
+            return describe_error(exc)
+    return str(exc.args[0]) if exc.args else "Tool execution error"
 
 
 def to_observation(value: Any) -> str:

@@ -1,8 +1,10 @@
 """Retrying a tool call in place: a call that raised or timed out runs again after an exponential backoff with
 jitter, up to its number of attempts, without asking the model.
 
-Only transient failures are retried: an exception (a crashed worker process included) and a timeout. An empty
-result is the tool's answer, not an accident, and validation errors never reach a tool. Each attempt is a
+Only transient failures are retried (`ToolRun.transient`, decided where the call ran by
+`reinloop.tools.execution.ResultRules`): a timeout, a crashed worker process, an exception other than a
+`ToolException` (or as the tool's `retry_on` says). A ToolException, an error result and an empty result are
+the tool's answer, for the model to act on, and validation errors never reach a tool. Each attempt is a
 whole `run_tool`: the same arguments, config and idempotency key, its own full timeout, and for a
 process-isolated tool its own worker, killed at the deadline. The backoff and its jitter are tenacity's.
 `run_with_retries` waits in the caller's thread; `arun_with_retries` is the same policy with tenacity's async
@@ -27,14 +29,10 @@ from tenacity import (
 )
 
 from reinloop.drivers import Steps, io
-from reinloop.state import ErrorKind
 from reinloop.tools.execution import ToolRun, arun_tool, run_tool
 from reinloop.tools.registry import RegisteredTool
 
-__all__ = ["TRANSIENT", "Backoff", "arun_with_retries", "retry_steps", "run_with_retries"]
-
-# The error kinds of a `ToolRun` that another attempt may fix.
-TRANSIENT: frozenset[ErrorKind] = frozenset({"tool_error", "timeout"})
+__all__ = ["Backoff", "arun_with_retries", "retry_steps", "run_with_retries"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +120,7 @@ def _policy(attempts: int, backoff: Backoff) -> dict[str, Any]:
 
 
 def _transient(run: ToolRun) -> bool:
-    return run.error_kind in TRANSIENT
+    return run.transient
 
 
 def _last_run(state: RetryCallState) -> ToolRun:
