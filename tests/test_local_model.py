@@ -59,7 +59,7 @@ def test_the_server_stops_with_its_block():
 
 @pytest.mark.parametrize("name", ["json", "react", "call_tool"])
 def test_each_transcript_shows_worked_examples_its_own_protocol_reads(name, tmp_path):
-    from langchain_core.messages import AIMessage
+    from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
     from reinloop.models.local import EXAMPLES, local_protocol
     from reinloop.tools import ToolRegistry
@@ -67,30 +67,35 @@ def test_each_transcript_shows_worked_examples_its_own_protocol_reads(name, tmp_
 
     protocol = local_protocol(name)
     registry = ToolRegistry(default_toolset(tmp_path))
-    text = protocol.instructions(registry)
-    for example in EXAMPLES:
-        assert f"Task: {example.task}" in text
-        turns = [line for line in _example_lines(text, example.task) if not line.startswith(("Task:", "Observation:"))]
-        replies = _replies(turns, name)
-        decisions = [
-            protocol.parse(AIMessage(reply.removeprefix(protocol.turn_label)), registry)[0] for reply in replies
-        ]
-        ((_, tool, args, _),) = example.steps
-        assert decisions[0]["kind"] == "act" and decisions[0]["calls"][0]["name"] == tool
-        assert decisions[0]["calls"][0]["args"] == args
-        assert decisions[-1] == {**decisions[-1], "kind": "answer", "answer": example.answer}
+    rules = protocol.instructions(registry)
+    turns = protocol.finalize([SystemMessage(rules), HumanMessage("What is 2 + 3?")])
+    assert turns[0].text.startswith(rules + "\n\nTask: " + EXAMPLES[0].task)
+    assert turns[-1].text == "Task: What is 2 + 3?"
+    # Each example: its task, the model's call, the observation, the model's answer, as alternating turns.
+    assert [turn.type for turn in turns] == ["human", "ai", "human", "ai"] * len(EXAMPLES) + ["human"]
+    for index, example in enumerate(EXAMPLES):
+        _, call, observation, answer = turns[4 * index : 4 * index + 4]
+        ((_, tool, args, seen),) = example.steps
+        decision = protocol.parse(AIMessage(call.text), registry)[0]
+        assert decision["kind"] == "act" and decision["calls"][0]["name"] == tool
+        assert decision["calls"][0]["args"] == args
+        assert observation.text == "Observation: " + seen
+        assert protocol.parse(AIMessage(answer.text), registry)[0]["answer"] == example.answer
 
 
-def _example_lines(text, task):
-    block = text.split(f"Task: {task}\n", 1)[1].split("\n\n", 1)[0]
-    return block.splitlines()
+def test_examples_need_the_tools_they_use():
+    from langchain_core.messages import HumanMessage, SystemMessage
 
+    from reinloop.models.local import local_protocol
+    from reinloop.tools import CalculatorTool, ToolRegistry
 
-def _replies(lines, name):
-    """The model's turns: one line each for json, else a thought line joined to the action line after it."""
-    if name == "json":
-        return lines
-    return ["\n".join(lines[i : i + 2]) for i in range(0, len(lines), 2)]
+    protocol = local_protocol("json")
+    rules = protocol.instructions(ToolRegistry([CalculatorTool()]))
+    turns = protocol.finalize([SystemMessage(rules), HumanMessage("What is 2 + 3?"), HumanMessage("Observation: 5")])
+    # Only the calculator's example; Gemma has no system role, so the rules open the first user turn.
+    assert [turn.type for turn in turns] == ["human", "ai", "human", "ai", "human", "human"]
+    assert turns[0].text == rules + "\n\nTask: What is 12 * 7?"
+    assert [turn.text for turn in turns[-2:]] == ["Task: What is 2 + 3?", "Observation: 5"]
 
 
 @pytest.mark.parametrize("name", ["react", "call_tool"])
@@ -104,24 +109,11 @@ def test_each_text_grammar_compiles_and_names_only_the_tools(name):
     llama_cpp.LlamaGrammar.from_string(grammar, verbose=False)  # raises on a malformed grammar
 
 
-def test_the_transcript_is_one_message_ending_where_the_models_turn_starts():
-    from langchain_core.messages import HumanMessage, SystemMessage
-
-    from reinloop.models.local import local_protocol
-
-    prompt = [SystemMessage("rules"), HumanMessage("What is 2 + 3?"), HumanMessage("Observation: 5")]
-    json_transcript = local_protocol("json").finalize(prompt)
-    # One user turn, the rules first: Gemma has no system role (its chat format would drop a system message).
-    assert [m.type for m in json_transcript] == ["human"]
-    assert json_transcript[0].text == "rules\n\nTask: What is 2 + 3?\nObservation: 5\nJSON action:"
-    assert local_protocol("react").finalize(prompt)[0].text == "rules\n\nTask: What is 2 + 3?\nObservation: 5"
-
-
 def test_the_embedded_model_refuses_native_tool_calling_with_the_protocols_it_has():
     from reinloop import ConfigurationError
     from reinloop.models.local import local_protocol
 
-    assert local_protocol(None).name == "call_tool"  # the protocol that solved most of the 14 tasks
+    assert local_protocol(None).name == "json"  # the protocol that solved most of the 14 tasks
     with pytest.raises(ConfigurationError, match=r"no native tool calling.*\['json', 'react', 'call_tool'\]"):
         local_protocol("tool_calling")
 
@@ -210,3 +202,14 @@ def test_ctrl_c_while_the_embedded_model_starts_says_nothing_was_saved(tmp_path)
     assert "Traceback" not in done.stderr
     assert took < EXIT_AFTER_CTRL_C_S and not left  # the model server ended with the command
     assert not (tmp_path / "runs.sqlite").exists()
+
+
+def test_the_readme_main_command_answers_its_example_task_on_the_embedded_model(tmp_path):
+    # The README's main job, as a new user runs it: the embedded model in its default protocol, the default
+    # toolset and long-term memory (--quiet prints the answer alone).
+    _local_extra()
+    from tests.test_cli import cli
+
+    done = cli("run", "What is 23 * 19?", "--quiet", home=tmp_path, env={"HOME": os.environ["HOME"]}, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "437"

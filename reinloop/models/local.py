@@ -2,9 +2,10 @@
 served by llama-cpp-python's OpenAI-compatible server on a free loopback port, started and stopped by
 reinloop, and reached through `ChatOpenAI`.
 
-It is a tiny base model for trying reinloop out offline, not for real work. It has no native tool
-calling, so it uses a text protocol (json, react or call_tool) as one transcript with worked examples, and
-the server constrains its output to that protocol's form (the tool limited to the tool names).
+It is a tiny model for trying reinloop out offline, not for real work. It has no native tool calling, so
+it uses a text protocol (json, react or call_tool), prompted in its own chat turns after worked examples in
+that protocol's form, and the server constrains its output to that protocol's form (the tool limited to the
+tool names, a call's arguments to one JSON object).
 """
 
 from __future__ import annotations
@@ -19,14 +20,13 @@ import tempfile
 import threading
 import time
 from abc import abstractmethod
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 import httpx
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import Runnable
 
 from reinloop.errors import ConfigurationError
@@ -218,15 +218,20 @@ class LocalModelServer:
 
 
 class _Transcript(WrittenProtocol):
-    """A text protocol for small base models: worked examples, and the whole run as one transcript in a
-    single message, ending where the model's next turn starts; the reply constrained by the server to the
-    protocol's form (`constraint`), so that a tiny model writes something the protocol can read."""
+    """A text protocol for small models: the run as chat turns in the model's own format, after worked
+    examples written the same way (each task and observation a user turn, each decision a model turn, the
+    instructions at the start of the first user turn), and the reply constrained by the server to the
+    protocol's form (`constraint`), so that a tiny model writes something the protocol can read.
 
-    # What each of the model's turns starts with in the transcript, and what the transcript ends with.
-    turn_label: ClassVar[str] = ""
+    The examples shown are those whose tools the agent has, chosen when `instructions` is given the agent's
+    tools: one protocol object per agent (`local_protocol` makes a new one)."""
+
     # How the instructions say "reply with one decision at a time" and "finish", in this protocol's terms.
     how_to_act: ClassVar[str]
     how_to_finish: ClassVar[str]
+
+    def __init__(self) -> None:
+        self._examples: tuple[Example, ...] = ()
 
     @abstractmethod
     def constraint(self, registry: ToolRegistry) -> dict[str, Any]:
@@ -237,45 +242,38 @@ class _Transcript(WrittenProtocol):
         return model.bind(extra_body=extra_body)
 
     def instructions(self, registry: ToolRegistry) -> str:
-        # No placeholders such as "<the answer>": a small base model copies them. The examples show the form.
-        examples = [self._example(example) for example in EXAMPLES if example.tools <= set(registry.names)]
-        text = (
+        # No placeholders such as "<the answer>": a small model copies them. The examples show the form.
+        self._examples = tuple(example for example in EXAMPLES if example.tools <= set(registry.names))
+        return (
             f"{self.how_to_act}, then read its Observation. Use a tool for every calculation or lookup. "
             f"To finish, {self.how_to_finish}.\n{self.tool_list(registry)}"
         )
-        return text + ("\n\nExamples:\n\n" + "\n\n".join(examples) if examples else "")
-
-    def render(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
-        lines: list[BaseMessage] = []
-        for message in super().render(messages):
-            text = self.turn_label + message.text if isinstance(message, AIMessage) else message.text
-            lines.append(HumanMessage(text))
-        return lines
 
     def finalize(self, prompt: list[BaseMessage]) -> list[BaseMessage]:
         system = [message.text for message in prompt if isinstance(message, SystemMessage)]
-        rest = [message for message in prompt if not isinstance(message, SystemMessage | ToolMessage)]
+        rest = [message for message in prompt if not isinstance(message, SystemMessage)]
         if not rest:
             return prompt
         task, *others = rest
-        transcript = "\n".join([f"Task: {task.text}", *(message.text for message in others), self.turn_label.strip()])
-        # One user turn: Gemma has no system role (its chat format drops one), and its own template puts the
-        # system text at the start of the first user turn.
-        return [HumanMessage("\n\n".join([*system, transcript.rstrip("\n")]))]
+        turns = [turn for example in self._examples for turn in self._example(example)]
+        turns += [HumanMessage(f"Task: {task.text}"), *others]
+        # Gemma has no system role (its chat format drops one); its own template puts the system text at the
+        # start of the first user turn.
+        first = turns[0]
+        return [HumanMessage("\n\n".join([*system, first.text])), *turns[1:]]
 
-    def _example(self, example: Example) -> str:
-        lines = [f"Task: {example.task}"]
+    def _example(self, example: Example) -> list[BaseMessage]:
+        turns: list[BaseMessage] = [HumanMessage(f"Task: {example.task}")]
         for thought, tool, args, observation in example.steps:
             call = {"name": tool, "args": args}
-            lines += [self.turn_label + self.format_decision(thought, [call]), OBSERVATION_LABEL + observation]
-        lines.append(self.turn_label + self.format_answer(example.answer, example.thought))
-        return "\n".join(lines)
+            turns += [AIMessage(self.format_decision(thought, [call])), HumanMessage(OBSERVATION_LABEL + observation)]
+        turns.append(AIMessage(self.format_answer(example.answer, example.thought)))
+        return turns
 
 
 class TranscriptJsonProtocol(_Transcript, JsonProtocol):
     """The json protocol as a transcript, the reply constrained to the decision schema."""
 
-    turn_label = "JSON action: "
     how_to_act = "Reply with one JSON action at a time"
     how_to_finish = f'use the action "{FINAL_ANSWER_ACTION}" with the answer as action_input'
 
@@ -303,7 +301,7 @@ class TranscriptReactProtocol(_Transcript, ReactProtocol):
 
     def constraint(self, registry: ToolRegistry) -> dict[str, Any]:
         return _grammar(
-            'root ::= "Thought: " line "\\n" ( "Action: " tool "[" argument "]" | "Final Answer: " line ) "\\n"\n'
+            'root ::= "Thought: " line "\\n" ( "Action: " tool "[" argument "]" | "Final Answer: " line ) "\\n"?\n'
             "argument ::= [^\\]\\n]+\n",
             registry,
         )
@@ -318,10 +316,22 @@ class TranscriptCallToolProtocol(_Transcript, CallToolProtocol):
 
     def constraint(self, registry: ToolRegistry) -> dict[str, Any]:
         return _grammar(
-            'root ::= ( line "\\n" )? ( "CALL_TOOL(" tool ", " argument ")" | "FINAL: " line ) "\\n"\n'
-            'argument ::= "{" [^\\n]* "}" | [^(){}\\n]+\n',
+            'root ::= ( line "\\n" )? ( "CALL_TOOL(" tool ", " argument ")" | "FINAL: " line ) "\\n"?\n'
+            "argument ::= object | [^(){}\\n]+\n" + JSON_RULES,
             registry,
         )
+
+
+# A JSON object in GBNF, for a call's arguments: one that ends where its braces close, so that a tiny model
+# cannot run on past the call inside a catch-all "{ ... }".
+JSON_RULES = (
+    'object ::= "{" " "? ( pair ( "," " "? pair )* )? "}"\n'
+    'pair ::= string ":" " "? value\n'
+    'value ::= string | number | object | array | "true" | "false" | "null"\n'
+    'array ::= "[" " "? ( value ( "," " "? value )* )? "]"\n'
+    'string ::= "\\"" ( [^"\\\\\\n] | "\\\\" ["\\\\/bfnrt] )* "\\""\n'
+    'number ::= "-"? [0-9]+ ( "." [0-9]+ )?\n'
+)
 
 
 def _grammar(rules: str, registry: ToolRegistry) -> dict[str, Any]:
@@ -337,7 +347,7 @@ LOCAL_PROTOCOLS: dict[str, type[_Transcript]] = {
     "react": TranscriptReactProtocol,
     "call_tool": TranscriptCallToolProtocol,
 }
-LOCAL_DEFAULT_PROTOCOL = "call_tool"
+LOCAL_DEFAULT_PROTOCOL = "json"
 
 
 def local_protocol(name: str | None) -> _Transcript:
