@@ -8,8 +8,11 @@ Its model and tools come from environment settings, read once, when the server f
   ``OPENAI_API_KEY``, the embedded local model, whose server runs until the process exits.
 - ``REINLOOP_TOOLS``: names from `default_toolset`, comma-separated (default: all of them), working in
   ``REINLOOP_WORKSPACE`` (default ``reinloop-workspace``); ``REINLOOP_WEATHER_URL`` adds the weather tool.
-- ``REINLOOP_APPROVE``: tools whose calls wait for a person's approval, comma-separated (`reinloop.approvals`:
-  the run stops with an interrupt, answered with ``Command(resume=...)`` through the SDK).
+- ``REINLOOP_MCP_CONFIG``: an MCP client config file (``{"mcpServers": {...}}``, `reinloop.tools.mcp`) whose
+  servers' tools are added to those; the servers start with the agent and run until the process exits.
+  ``REINLOOP_MCP_PREFIX=true`` names each of their tools after its server, for servers whose names clash.
+- ``REINLOOP_APPROVE``: tools whose calls wait for a person's approval (MCP tools too), comma-separated
+  (`reinloop.approvals`: the run stops with an interrupt, answered with ``Command(resume=...)`` through the SDK).
 - ``REINLOOP_PRESET``: a seed's loop (`reinloop.presets`, e.g. ``seed-002``) as the base settings, its
   protocol unless ``REINLOOP_PROTOCOL`` names another.
 - ``REINLOOP_<FIELD>``: any `AgentConfig` field, e.g. ``REINLOOP_MAX_ITERATIONS=30`` (over the preset's).
@@ -29,6 +32,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from langchain_core.tools import BaseTool
+from pydantic import TypeAdapter, ValidationError
 
 from reinloop.config import AgentConfig
 from reinloop.errors import ConfigurationError
@@ -46,7 +50,7 @@ _MODEL_SETTINGS = ("model", "base_url", "protocol")
 
 _lock = threading.Lock()
 _served: list[CompiledAgent] = []
-_resources = ExitStack()  # the embedded model's server, stopped when the process exits
+_resources = ExitStack()  # the embedded model's server and the MCP servers, stopped when the process exits
 atexit.register(_resources.close)
 
 
@@ -70,12 +74,13 @@ def _serve() -> CompiledAgent:
 
 def agent_from_environment(resources: ExitStack) -> CompiledAgent:
     """The agent the ``REINLOOP_*`` settings describe, with no checkpointer or store; what must outlive the
-    call (the embedded model's server) is entered into `resources`, only once the agent is built."""
-    with ExitStack() as attempt:  # a bad setting stops the embedded model's server again
+    call (the embedded model's server, the MCP servers) is entered into `resources`, only once the agent is
+    built."""
+    with ExitStack() as attempt:  # a bad setting stops the embedded model's server and the MCP servers again
         protocol = _setting("protocol") or preset_protocol(_setting("preset"))
         chosen = attempt.enter_context(model_from_settings(_setting("model"), _setting("base_url"), protocol))
         config = config_from_environment(chosen)
-        tools = _tools(chosen)
+        tools = _tools(chosen) + _mcp_tools(attempt, config)
         agent = build_agent(chosen.model, tools, config=config, protocol=chosen.decision_protocol,
                             checkpointer=True, approve=_names("approve", [tool.name for tool in tools]))  # fmt: skip
         resources.enter_context(attempt.pop_all())
@@ -96,6 +101,21 @@ def _tools(chosen: ChosenModel) -> list[BaseTool]:
     by_name = {tool.name: tool for tool in toolset}
     names = _names("tools", list(by_name))
     return toolset if names is None else [by_name[name] for name in names]
+
+
+def _mcp_tools(attempt: ExitStack, config: AgentConfig) -> list[BaseTool]:
+    """The tools of the MCP servers ``REINLOOP_MCP_CONFIG`` names (none when unset), open until `attempt` closes."""
+    path = _setting("mcp_config")
+    if path is None:
+        return []
+    from reinloop.tools.mcp import open_mcp_tools
+
+    prefix = _setting("mcp_prefix") or "false"
+    try:
+        tool_name_prefix = TypeAdapter(bool).validate_python(prefix)
+    except ValidationError:
+        raise ConfigurationError(f"{ENV_PREFIX}MCP_PREFIX={prefix!r} must be true or false") from None
+    return list(open_mcp_tools(attempt, path, tool_name_prefix=tool_name_prefix, tool_timeout_s=config.tool_timeout_s))
 
 
 def _names(setting: str, known: list[str]) -> list[str] | None:

@@ -13,7 +13,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command, Interrupt
@@ -25,10 +25,14 @@ from reinloop.errors import CheckpointError, ReinloopError
 from reinloop.state import read_input
 from reinloop.text import counted
 
-__all__ = ["default_db", "evaluate", "graph", "history", "mark", "prune", "resume", "run", "show"]
+if TYPE_CHECKING:
+    from langchain_core.tools import BaseTool
 
-# Run settings saved with each checkpoint (never keys), so `resume` rebuilds the same agent.
-SETTINGS = ("model", "base_url", "workspace", "protocol", "approve", "preset")
+__all__ = ["default_db", "evaluate", "graph", "history", "mark", "prune", "resume", "run", "show", "tools"]
+
+# Run settings saved with each checkpoint (never keys), so `resume` rebuilds the same agent: with the MCP
+# config's path, not its content (its env may hold secrets), so a resumed run starts the same servers.
+SETTINGS = ("model", "base_url", "workspace", "protocol", "approve", "preset", "mcp_config", "mcp_prefix")
 # The toolset's tools whose calls wait for the person at the terminal unless --approve names others: those
 # that change files and data.
 DEFAULT_APPROVALS = ("file_write", "db_insert")
@@ -107,8 +111,11 @@ def resume(args: argparse.Namespace, console: Console) -> int:
 def _given(args: argparse.Namespace) -> dict[str, Any]:
     workspace = str(_workspace(args.workspace).resolve()) if args.workspace else None
     approve = ",".join(args.approve) if args.approve else None
+    # Absolute, as the workspace: a resume may run from another folder.
+    mcp_config = str(Path(args.mcp_config).resolve()) if args.mcp_config else None
     return {"model": args.model, "base_url": args.base_url, "workspace": workspace, "protocol": args.protocol,
-            "approve": approve, "preset": args.preset}  # fmt: skip
+            "approve": approve, "preset": args.preset, "mcp_config": mcp_config,
+            "mcp_prefix": "true" if args.mcp_prefix else None}  # fmt: skip
 
 
 def _stream(built: _Built, payload: Any, config: RunnableConfig, console: Console, args: argparse.Namespace) -> Any:
@@ -300,6 +307,10 @@ def _agent(args: argparse.Namespace, settings: dict[str, Any], db: _Database) ->
     from reinloop.models import model_from_settings
     from reinloop.presets import layered_config, preset_protocol
 
+    if settings.get("mcp_config"):
+        from reinloop.tools.mcp import load_mcp_config
+
+        load_mcp_config(settings["mcp_config"])  # a bad file is refused before a model starts
     with ExitStack() as stack:
         # The protocol typed, else the preset's, else the model's own (the embedded model has no tool calling).
         protocol = settings["protocol"] or preset_protocol(settings.get("preset"))
@@ -310,11 +321,23 @@ def _agent(args: argparse.Namespace, settings: dict[str, Any], db: _Database) ->
         config = layered_config(settings.get("preset"), chosen, limits)
         workspace = _workspace(settings["workspace"] or "reinloop-workspace")
         tools = default_toolset(workspace, model=chosen.model, weather_base_url=os.environ.get("REINLOOP_WEATHER_URL"))
+        tools += _mcp_tools(stack, settings, config.tool_timeout_s)
         store = None if getattr(args, "no_memory", False) else _memory_store(stack, db.memory_path)
         approve = settings["approve"].split(",") if settings.get("approve") else DEFAULT_APPROVALS
         agent = build_agent(chosen.model, tools, config=config, checkpointer=db.saver, store=store,
                             protocol=chosen.decision_protocol, approve=approve)  # fmt: skip
         yield _Built(agent, settings, config)
+
+
+def _mcp_tools(stack: ExitStack, settings: dict[str, Any], tool_timeout_s: float) -> list[BaseTool]:
+    """The tools of the MCP servers in the settings' config file (none without one), their servers running
+    until `stack` closes."""
+    if not settings.get("mcp_config"):
+        return []
+    from reinloop.tools.mcp import open_mcp_tools
+
+    return list(open_mcp_tools(stack, settings["mcp_config"], tool_name_prefix=bool(settings.get("mcp_prefix")),
+                               tool_timeout_s=tool_timeout_s))  # fmt: skip
 
 
 def _workspace(given: str | Path) -> Path:
@@ -349,6 +372,28 @@ def _sqlite_errors() -> tuple[type[Exception], ...]:
 
 
 # inspection ---------------------------------------------------------------------------------------------
+
+
+def tools(args: argparse.Namespace, console: Console) -> int:
+    from reinloop.config import AgentConfig
+    from reinloop.testing import ScriptedChatModel
+    from reinloop.tools import ToolRegistry, default_toolset
+
+    settings = {"mcp_config": args.mcp_config, "mcp_prefix": args.mcp_prefix}
+    with ExitStack() as stack:
+        # A run's toolset has translate, with the run's model: a model that is never called stands in for it.
+        toolset = default_toolset(_workspace(args.workspace), model=ScriptedChatModel(),
+                                  weather_base_url=os.environ.get("REINLOOP_WEATHER_URL"))  # fmt: skip
+        toolset += _mcp_tools(stack, settings, AgentConfig().tool_timeout_s)
+        rows = [(entry.signature, _source(entry.tool)) for entry in ToolRegistry(toolset)]
+    display.tool_table(console, rows)
+    return 0
+
+
+def _source(tool: BaseTool) -> str:
+    from reinloop.tools.mcp import MCPTool
+
+    return f"MCP server {tool.server}" if isinstance(tool, MCPTool) else "built-in"
 
 
 def history(args: argparse.Namespace, console: Console) -> int:

@@ -43,6 +43,7 @@ __all__ = [
     "run_header",
     "state_json",
     "thread_state",
+    "tool_table",
     "unmarked",
     "wrote",
 ]
@@ -239,6 +240,19 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_plain(item) for item in value]
     return value
+
+
+# the tools ---------------------------------------------------------------------------------------------
+
+
+def tool_table(console: Console, rows: Sequence[tuple[str, str]]) -> None:
+    """The tools a run gets: each one's call shape and where it comes from (built-in, or an MCP server)."""
+    table = Table(title=Text(counted(len(rows), "tool")))
+    table.add_column("tool")
+    table.add_column("source")
+    for signature, source in rows:
+        table.add_row(Text(signature), Text(source))
+    console.print(table)
 
 
 # a bounded database ----------------------------------------------------------------------------------

@@ -98,6 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
     _grid_options(evaluation)
     evaluation.set_defaults(handler=commands.evaluate)
 
+    tools = subcommands.add_parser("tools", help="list the tools a run gets: each one's arguments and source")
+    tools.add_argument("--workspace", type=Path, default=Path("reinloop-workspace"), help="folder the tools work in")
+    _mcp_options(tools, "")
+    tools.set_defaults(handler=commands.tools)
+
     graph = subcommands.add_parser("graph", help="draw the agent's graph")
     graph.add_argument("--format", choices=DRAW_FORMATS, default="ascii")
     graph.add_argument("-o", "--output", type=Path, help="file to write (needed for png and svg)")
@@ -140,6 +145,21 @@ def _limit_help(field: str) -> str:
     return text.replace("%", "%%")
 
 
+def _mcp_options(options: argparse.ArgumentParser, resumed: str) -> None:
+    """The MCP servers whose tools join the toolset; `resumed` says what resume does without them."""
+    options.add_argument(
+        "--mcp-config",
+        metavar="FILE",
+        help='an MCP client config file ({"mcpServers": {...}}): its servers\' tools join the toolset' + resumed,
+    )
+    options.add_argument(
+        "--mcp-prefix",
+        action="store_true",
+        help="name each MCP tool after its server (time_get_current_time), for servers whose tool names clash"
+        + resumed,
+    )
+
+
 def _agent_options() -> argparse.ArgumentParser:
     """The model, its limits and the run's extras, shared by run and resume."""
     options = argparse.ArgumentParser(add_help=False)
@@ -172,4 +192,5 @@ def _agent_options() -> argparse.ArgumentParser:
     )
     options.add_argument("--yes", action="store_true", help="approve every call without asking")
     options.add_argument("--quiet", action="store_true", help="print only the final answer")
+    _mcp_options(options, " (resume keeps the run's)")
     return options
