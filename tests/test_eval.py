@@ -63,6 +63,7 @@ def test_a_runaway_is_recorded_over_budget_for_the_agents_the_evaluation_must_st
         "naive loop": "cap",
         "create_agent": "recursion_limit",
         "create_agent + middleware": "call_limit",  # its model call limit ends the run with a note, no answer
+        "create_agent + middleware + re-ask": "call_limit",
         "reinloop": "max_iterations",
     }
     assert not any(record.crashed for record in records.values())
@@ -70,6 +71,7 @@ def test_a_runaway_is_recorded_over_budget_for_the_agents_the_evaluation_must_st
         "naive loop": True,
         "create_agent": True,
         "create_agent + middleware": False,
+        "create_agent + middleware + re-ask": False,
         "reinloop": False,
     }
     assert records["create_agent"].rounds > BUDGET >= records["reinloop"].rounds
@@ -84,7 +86,7 @@ def test_wasted_tool_calls_are_executions_but_the_successful_ones_up_to_the_plan
     assert (stats.wasted(1), stats.wasted(3), stats.wasted(4)) == (4, 2, 2)
 
 
-def test_the_report_shows_all_four_agents(tmp_path):
+def test_the_report_shows_every_agent_and_each_paired_with_reinloop(tmp_path):
     profile = FaultProfile(slow_s=0.05)
     records = evaluate_suite(profile=profile, seed=0, tasks=5)
     summary = write_report(records, profile, 0, tmp_path)
@@ -92,7 +94,9 @@ def test_the_report_shows_all_four_agents(tmp_path):
     text = (tmp_path / "report.md").read_text()
     assert all(f"| {agent} |" in text for agent in AGENTS) and "## Fault model" in text
     data = json.loads((tmp_path / "report.json").read_text())
-    assert data["settings"]["seed"] == 0 and len(data["runs"]) == 20
+    assert data["settings"]["seed"] == 0 and len(data["runs"]) == 5 * len(AGENTS)
+    assert list(data["paired"]) == [agent for agent in AGENTS if agent != "reinloop"]
+    assert "## Paired with reinloop" in text and all(f"| {agent} | 5 |" in text for agent in data["paired"])
     assert (tmp_path / "report.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -324,3 +328,147 @@ def test_a_real_models_prompt_tokens_count_the_tools_bound_to_it():
 )
 def test_an_answer_states_a_number_only_as_a_whole_number(answer, expect, states):
     assert holds(answer, expect) is states
+
+
+# shared draws and the paired comparison -------------------------------------------------------------------
+
+
+def signature(reply):
+    """A reply without its random call ids: what the model decided."""
+    if reply.invalid_tool_calls:
+        return ("malformed", reply.invalid_tool_calls[0]["name"])
+    if reply.tool_calls:
+        return ("call", reply.tool_calls[0]["name"], json.dumps(reply.tool_calls[0]["args"], sort_keys=True))
+    return ("answer", reply.text)
+
+
+def test_every_agent_meets_the_same_fault_at_its_first_decision(monkeypatch):
+    from reinloop.eval.simulated import SimulatedModel
+
+    decide, log, firsts = SimulatedModel._decide, [], {}
+
+    def recording(self, messages):
+        reply = decide(self, messages)
+        log.append((self.decisions, signature(reply)))
+        return reply
+
+    def after_run(agent, task):
+        firsts.setdefault(task, {})[agent] = next(sig for index, sig in log if index == 1)
+        log.clear()
+
+    monkeypatch.setattr(SimulatedModel, "_decide", recording)
+    evaluate_suite(profile=FaultProfile(fault_rate=0.6, tool_fault_rate=0.0), seed=5, tasks=12, progress=after_run)
+    assert all(len(set(by_agent.values())) == 1 for by_agent in firsts.values()), firsts
+    plan = {task.id: ("call", task.plan[0].tool, json.dumps(task.plan[0].args, sort_keys=True)) for task in SUITE}
+    faulty = [task for task, by_agent in firsts.items() if by_agent["reinloop"] != plan[task]]
+    assert 0 < len(faulty) < len(firsts)  # faults were drawn, the same for every agent, not at every task
+
+
+def test_the_nth_tool_call_meets_the_same_tool_fault_whichever_tool_an_agent_calls(tmp_path):
+    from langchain_core.tools import ToolException
+
+    from reinloop.eval.simulated import ToolStats, faulty_tools
+    from reinloop.tools.toolset import default_toolset
+
+    profile = FaultProfile(tool_fault_rate=0.5, slow_s=0.0)
+    calls = {"calculator": {"expression": "1 + 1"}, "web_search": {"query": "speed of light", "max_results": 1}}
+
+    def outcomes(order, handle_errors):
+        tools = faulty_tools(default_toolset(tmp_path), profile, 1234, ToolStats(), handle_errors=handle_errors)
+        by_name, seen = {tool.name: tool for tool in tools}, []
+        for name in order:
+            try:
+                result = by_name[name].invoke(calls[name])
+            except (ConnectionError, ToolException):
+                seen.append("raised")
+            else:
+                seen.append("error" if str(result).startswith("Error") else "empty" if result == "" else "result")
+        return seen
+
+    alone = outcomes(["calculator"] * 16, handle_errors=False)
+    mixed = outcomes(["web_search", "calculator"] * 8, handle_errors=False)
+    handled = outcomes(["calculator"] * 16, handle_errors=True)
+    assert alone == mixed and {"raised", "empty", "result"} <= set(alone)
+    # a tool that handles its errors meets the same faults, and answers an exception with an error observation
+    assert handled == ["error" if seen == "raised" else seen for seen in alone]
+
+
+def record(agent, task, seed, success):
+    from reinloop.eval.run import RunRecord
+
+    return RunRecord(agent, task, seed, success, 1, 1, 1, 1, 0, 1, 0, False, False, "answered", 0.0)
+
+
+def test_the_paired_comparison_counts_only_shared_runs_and_bounds_the_difference():
+    from reinloop.eval.run import paired, paired_all
+
+    records = []
+    for number in range(40):  # reinloop solves 30, the peer 20: 12 only reinloop, 2 only the peer
+        records.append(record("reinloop", f"t{number}", 0, number < 30))
+        records.append(record("peer", f"t{number}", 0, number < 18 or number in (35, 36)))
+    records.append(record("peer", "t99", 0, True))  # not run by reinloop: no pair
+    result = paired(records, "peer")
+    assert (result["pairs"], result["wins"], result["losses"]) == (40, 12, 2)
+    assert result["difference"] == pytest.approx(10 / 40)
+    assert 0 < result["low"] < result["difference"] < result["high"] < 0.5
+    assert paired(records, "peer") == result  # a seeded bootstrap: the same interval every time
+    same = paired([*records[::2], *(record("twin", r.task, 0, r.success) for r in records[::2])], "twin")
+    assert (same["wins"], same["losses"], same["low"], same["high"]) == (0, 0, 0.0, 0.0)
+    # a few discordant pairs either way: the interval straddles zero
+    close = [record("reinloop", f"t{n}", 0, n in (0, 1, 2)) for n in range(10)]
+    close += [record("peer", f"t{n}", 0, n in (0, 3)) for n in range(10)]
+    result = paired(close, "peer")
+    assert (result["wins"], result["losses"]) == (2, 1) and result["low"] < 0 < result["high"]
+    assert list(paired_all(close)) == ["peer"] and paired_all([r for r in close if r.agent == "peer"]) == {}
+
+
+def test_tuning_and_reporting_seeds_are_apart_and_the_defaults_report():
+    from reinloop.cli.parser import build_parser
+    from reinloop.eval import GridSpec
+    from reinloop.eval.run import REPORTING_SEEDS, TUNING_SEEDS
+
+    assert set(TUNING_SEEDS) == set(range(9)) and not set(TUNING_SEEDS) & set(REPORTING_SEEDS)
+    assert GridSpec().seeds == REPORTING_SEEDS
+    args = build_parser().parse_args(["eval"])
+    assert args.seed in REPORTING_SEEDS and tuple(args.seeds) == REPORTING_SEEDS
+
+
+# the peers ------------------------------------------------------------------------------------------------
+
+
+def test_the_plain_create_agent_meets_a_tool_exception_as_an_error_observation_not_a_crash():
+    profile = FaultProfile(fault_rate=0.0, tool_fault_rate=0.5, slow_s=0.0)
+    records = evaluate_suite(profile=profile, seed=2, tasks=12, agents=("naive loop", "create_agent"))
+    crashes = {
+        agent: [r.task for r in records if r.agent == agent and r.crashed] for agent in ("naive loop", "create_agent")
+    }
+    assert crashes["naive loop"] and not crashes["create_agent"]  # the same tool faults: the naive loop crashes
+
+
+def test_the_reasking_middleware_asks_again_after_a_reply_of_malformed_calls_only():
+    from langchain.agents import create_agent
+    from langchain_core.tools import tool
+
+    from reinloop.eval.run import ReaskAfterMalformedReply
+    from reinloop.testing import ScriptedChatModel
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    bad = {"type": "invalid_tool_call", "id": "x", "name": "add", "args": '{"a": 2', "error": None}
+
+    def script():
+        return [AIMessage("", invalid_tool_calls=[bad]), AIMessage("", invalid_tool_calls=[bad]), "5"]
+
+    plain = create_agent(ScriptedChatModel(replies=script()), [add])
+    assert plain.invoke({"messages": [HumanMessage("2 + 3?")]})["messages"][-1].invalid_tool_calls  # ends there
+    once = ReaskAfterMalformedReply(retries=1)
+    ended = create_agent(ScriptedChatModel(replies=script()), [add], middleware=[once])
+    assert ended.invoke({"messages": [HumanMessage("2 + 3?")]})["messages"][-1].invalid_tool_calls
+    twice = ReaskAfterMalformedReply(retries=2)
+    result = create_agent(ScriptedChatModel(replies=script()), [add], middleware=[twice])
+    messages = result.invoke({"messages": [HumanMessage("2 + 3?")]})["messages"]
+    assert messages[-1].text == "5" and twice.reasks == 2
+    assert not any(getattr(m, "invalid_tool_calls", None) for m in messages)  # the dropped replies never reach it

@@ -13,7 +13,18 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, ClassVar
 
-from reinloop.eval.run import AGENTS, BUDGET, METRICS, RunRecord, evaluate_suite, pyplot, save_chart, summarize_runs
+from reinloop.eval.run import (
+    AGENTS,
+    BUDGET,
+    METRICS,
+    REPORTING_SEEDS,
+    RunRecord,
+    evaluate_suite,
+    paired_all,
+    pyplot,
+    save_chart,
+    summarize_runs,
+)
 from reinloop.eval.simulated import FAULT_MODEL, FaultProfile
 from reinloop.eval.tasks import SUITE
 
@@ -35,7 +46,7 @@ class GridSpec:
 
     fault_rates: tuple[float, ...] = (0.1, 0.3, 0.5)
     correct_rates: tuple[float, ...] = (0.3, 0.7)
-    seeds: tuple[int, ...] = (0, 1, 2)
+    seeds: tuple[int, ...] = REPORTING_SEEDS
     tasks: int = len(SUITE)
     base: FaultProfile = field(default_factory=FaultProfile)
 
@@ -123,7 +134,8 @@ def _point(
     spec: GridSpec, fault: float, correct: float, results: dict[tuple[float, float, int], list[RunRecord]]
 ) -> dict[str, Any]:
     """A point's aggregate over its seeds: per agent, the mean success and its spread (min-max across the
-    seeds), the counts summed over the seeds; then reinloop against the best peer and the middleware agent."""
+    seeds), the counts summed over the seeds; then reinloop against the best peer and the middleware agent,
+    and reinloop paired with each peer over the point's runs."""
     per_seed = {seed: summarize_runs(results[(fault, correct, seed)]) for seed in spec.seeds}
     agents = {agent: _over_seeds([per_seed[seed][agent] for seed in spec.seeds]) for agent in AGENTS}
     best = max(PEERS, key=lambda agent: agents[agent]["success_rate"])
@@ -135,6 +147,8 @@ def _point(
         "reinloop_minus_best_peer": agents["reinloop"]["success_rate"] - agents[best]["success_rate"],
         "prompt_tokens_vs_middleware": _ratio(agents, lambda row: row["prompt_tokens"]),
         "message_tokens_vs_middleware": _ratio(agents, lambda row: row["prompt_tokens"] - row["tool_schema_tokens"]),
+        # each peer paired with reinloop over the point's runs (task x seed), with a 95% interval
+        "paired": paired_all([record for seed in spec.seeds for record in results[(fault, correct, seed)]]),
         "seeds": {str(seed): per_seed[seed] for seed in spec.seeds},
     }
 
@@ -160,7 +174,8 @@ def _write(spec: GridSpec, points: list[dict[str, Any]], out: Path) -> Grid:
     (out / "grid.json").write_text(json.dumps({"settings": settings, "points": points}, indent=2))
     table = markdown_grid(points)
     text = (
-        f"# reinloop fault grid\n\nSettings: {json.dumps(settings)}\n\n{table}\n\n{_budget_table(points)}\n\n"
+        f"# reinloop fault grid\n\nSettings: {json.dumps(settings)}\n\n{table}\n\n"
+        f"## Paired with reinloop\n\n{markdown_paired_grid(points)}\n\n## Cost\n\n{_budget_table(points)}\n\n"
         f"## Fault model\n\n{FAULT_MODEL}\n\n## Metrics\n\n{METRICS}\n"
     )
     (out / "grid.md").write_text(text)
@@ -184,6 +199,25 @@ def markdown_grid(points: Sequence[dict[str, Any]]) -> str:
             f"{point['reinloop_minus_best_peer'] * 100:+.0f} pp ({point['best_peer']}) | "
             f"{point['prompt_tokens_vs_middleware']:.2f}x ({point['message_tokens_vs_middleware']:.2f}x) |"
         )
+    return "\n".join(lines)
+
+
+def markdown_paired_grid(points: Sequence[dict[str, Any]]) -> str:
+    """One row per point and peer: reinloop paired with the peer over the point's runs (same task, seed and
+    draws): the runs only reinloop solved, those only the peer solved, and the success difference with its
+    95% interval (paired bootstrap), in percentage points."""
+    lines = [
+        "| fault / correct | peer | pairs | only reinloop solved | only the peer solved | reinloop - peer "
+        "| 95% interval |",
+        "| --- | --- |" + " ---: |" * 5,
+    ]
+    for point in points:
+        for peer, row in point["paired"].items():
+            lines.append(
+                f"| {point['fault_rate']:g} / {point['correct_rate']:g} | {peer} | {row['pairs']:.0f} | "
+                f"{row['wins']:.0f} | {row['losses']:.0f} | {row['difference'] * 100:+.1f} pp | "
+                f"{row['low'] * 100:+.1f} to {row['high'] * 100:+.1f} pp |"
+            )
     return "\n".join(lines)
 
 

@@ -7,6 +7,7 @@ import functools
 import gc
 import json
 import os
+import random
 import statistics
 import tempfile
 import time
@@ -16,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from langchain.agents.middleware import AgentMiddleware
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
@@ -35,15 +37,26 @@ __all__ = [
     "HARD_STOPS",
     "METRICS",
     "PRESET_AGENTS",
+    "REASKING",
+    "REPORTING_SEEDS",
+    "TUNING_SEEDS",
+    "ReaskAfterMalformedReply",
     "RunRecord",
     "evaluate_suite",
+    "paired",
     "pyplot",
     "save_chart",
     "summarize_runs",
     "write_report",
 ]
 
+# Seeds 0-8 were used to choose reinloop's defaults (see the README's "Evaluation"); figures are reported on
+# other seeds, which no setting was chosen on. The grid's and the command's default seeds are the reporting ones.
+TUNING_SEEDS = tuple(range(9))
+REPORTING_SEEDS = (100, 101, 102)
 BUDGET = 20  # rounds each agent is meant to take at most (reinloop's max_iterations, the middleware's call limit)
+# Times the re-asking middleware asks again after a malformed reply: reinloop's default max_parse_retries.
+REASK_RETRIES = AgentConfig().max_parse_retries
 HARD_CAP = 60  # rounds before the evaluation stops an agent that does not stop itself, so that it ends
 # Finishes of a run stopped by the evaluation's cap rather than by the agent: the naive loop's, and LangGraph's
 # recursion limit on create_agent (set at HARD_CAP rounds). Recorded as outcomes, never as crashes.
@@ -73,7 +86,13 @@ difference between agents in it is their number of decisions."""
 
 # How ModelCallLimitMiddleware's closing message starts when it ends a run (exit_behavior "end").
 CALL_LIMIT_TEXT = "Model call limits exceeded"
-AGENTS = ("naive loop", "create_agent", "create_agent + middleware", "reinloop")
+REASKING = "create_agent + middleware + re-ask"
+AGENTS = ("naive loop", "create_agent", "create_agent + middleware", REASKING, "reinloop")
+# The agents whose tools handle their own errors (`handle_tool_error=True`): a tool's exception is an error
+# observation, not a crash. The middleware agents' tools raise, so that ToolRetryMiddleware sees the exception
+# and retries (after its last retry it answers with an error observation too); the naive loop crashes, as the
+# seeds' starting point did.
+TOOLS_HANDLE_ERRORS = ("create_agent",)
 # The seed articles' loops (`reinloop.presets`), as extra rows: each writes its own protocol's format.
 PRESET_AGENTS = tuple(f"preset {name}" for name in PRESETS)
 
@@ -82,6 +101,7 @@ PRESET_AGENTS = tuple(f"preset {name}" for name in PRESETS)
 class RunRecord:
     agent: str
     task: str
+    seed: int
     success: bool
     decisions: int  # model calls to decide (not the translate tool's or a summarizer's)
     rounds: int  # decisions acted on: reinloop's iterations; for the others, the same as decisions
@@ -107,6 +127,7 @@ class Outcome(NamedTuple):
     final: str | None
     finish: str
     rounds: int | None = None
+    reasks: int = 0  # decisions asked for again within a round (the re-asking middleware's), not rounds
 
 
 Runner = Callable[[BaseChatModel, Sequence[BaseTool], EvalTask, RunnableConfig], Outcome]
@@ -135,19 +156,24 @@ def _create_agent(middleware: Callable[[BaseChatModel], list[Any]]) -> Runner:
         from langchain.agents import create_agent
         from langgraph.errors import GraphRecursionError
 
-        agent = create_agent(model, list(tools), middleware=middleware(model))
+        stack = middleware(model)
+        agent = create_agent(model, list(tools), middleware=stack)
+        reasks = sum(layer.reasks for layer in stack if isinstance(layer, ReaskAfterMalformedReply))
         # A round visits each node once (the model, the tools, each middleware hook): HARD_CAP rounds.
         limit: RunnableConfig = {**config, "recursion_limit": (len(agent.nodes) - 1) * HARD_CAP + 1}
         try:
             result = agent.invoke({"messages": [HumanMessage(task.prompt)]}, limit)
         except GraphRecursionError:
-            return Outcome(None, "recursion_limit")
+            return Outcome(None, "recursion_limit", reasks=reasks)
         last = result["messages"][-1]
+        reasks = sum(layer.reasks for layer in stack if isinstance(layer, ReaskAfterMalformedReply))
         if isinstance(last, AIMessage) and last.text.startswith(CALL_LIMIT_TEXT):
-            return Outcome(None, "call_limit")  # the middleware's note that it stopped, not an answer
+            return Outcome(None, "call_limit", reasks=reasks)  # the middleware's note that it stopped, not an answer
         if isinstance(last, AIMessage) and not last.tool_calls:
-            return Outcome(last.text, "answered")
-        return Outcome(None, "stopped")
+            # a reply with only malformed calls ends create_agent's run: no answer, whatever its text
+            finish = "malformed_reply" if last.invalid_tool_calls else "answered"
+            return Outcome(None if last.invalid_tool_calls else last.text, finish, reasks=reasks)
+        return Outcome(None, "stopped", reasks=reasks)
 
     return run
 
@@ -166,6 +192,33 @@ def _standard_middleware(model: BaseChatModel) -> list[Any]:
         ToolRetryMiddleware(max_retries=2, initial_delay=0.0, jitter=False),
         SummarizationMiddleware(summarizer_of(model), trigger=("tokens", 6_000)),
     ]
+
+
+def _reasking_middleware(model: BaseChatModel) -> list[Any]:
+    """The standard middleware, and one that asks the model again after a reply holding only malformed tool
+    calls (which would end create_agent's run), as reinloop's parse retry does."""
+    return [*_standard_middleware(model), ReaskAfterMalformedReply()]
+
+
+class ReaskAfterMalformedReply(AgentMiddleware):
+    """Asks the model again, up to `retries` times, when its reply holds malformed tool calls and no valid one
+    (a reply that would end create_agent's run); the replies asked again for never reach the state. The ten
+    lines that make create_agent recover as reinloop's parse retry does."""
+
+    def __init__(self, retries: int = REASK_RETRIES) -> None:
+        super().__init__()
+        self.retries = retries
+        self.reasks = 0
+
+    def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        response = handler(request)
+        for _ in range(self.retries):
+            reply = next((m for m in reversed(response.result) if isinstance(m, AIMessage)), None)
+            if reply is None or reply.tool_calls or not reply.invalid_tool_calls:
+                break
+            self.reasks += 1
+            response = handler(request)
+        return response
 
 
 def _reinloop(settings: dict[str, Any], protocol: Any = None) -> Runner:
@@ -200,6 +253,7 @@ def _runners(profile: FaultProfile, real: Any = None) -> dict[str, Runner]:
         "naive loop": _naive,
         "create_agent": _create_agent(lambda model: []),
         "create_agent + middleware": _create_agent(_standard_middleware),
+        REASKING: _create_agent(_reasking_middleware),
         "reinloop": reinloop,
         **presets,
     }
@@ -234,8 +288,10 @@ class _CallCounter(BaseCallbackHandler):
 # running --------------------------------------------------------------------------------------------------
 
 
-def _seed(*parts: object) -> int:
-    return zlib.crc32("|".join(str(part) for part in parts).encode())
+def run_seed(seed: int, task: EvalTask) -> int:
+    """The seed of every draw of a run on `task` at `seed`: the agent is not part of it, so that each agent
+    meets the same faults at the same decision and the same tool faults at the same tool call."""
+    return zlib.crc32(f"{seed}|{task.id}".encode())
 
 
 def run_task(agent: str, task: EvalTask, profile: FaultProfile, seed: int, folder: Path, real: Any = None) -> RunRecord:
@@ -244,10 +300,10 @@ def run_task(agent: str, task: EvalTask, profile: FaultProfile, seed: int, folde
     stats = ToolStats()
     counter = _CallCounter()
     if real is None:
-        seeded = _seed(seed, task.id, agent, "model")
-        model: Any = SimulatedModel(task=task, profile=profile, seed=seeded, protocol=protocol_of(agent))
+        shared = run_seed(seed, task)  # the same draws for every agent
+        model: Any = SimulatedModel(task=task, profile=profile, seed=shared, protocol=protocol_of(agent))
         tools = default_toolset(workspace, model=model)
-        tools = faulty_tools(tools, profile, _seed(seed, task.id, agent, "tools"), stats)
+        tools = faulty_tools(tools, profile, shared, stats, handle_errors=agent in TOOLS_HANDLE_ERRORS)
     else:
         model = real.model
         tools = faulty_tools(default_toolset(workspace, model=model), FaultProfile(tool_fault_rate=0.0), 0, stats)
@@ -260,10 +316,11 @@ def run_task(agent: str, task: EvalTask, profile: FaultProfile, seed: int, folde
             crashed, outcome = True, Outcome(None, type(exc).__name__)
         wall = time.perf_counter() - start
     decisions = model.decisions if real is None else counter.calls
-    rounds = decisions if outcome.rounds is None else outcome.rounds
+    rounds = decisions - outcome.reasks if outcome.rounds is None else outcome.rounds
     return RunRecord(
         agent=agent,
         task=task.id,
+        seed=seed,
         success=not crashed and task.check(workspace, outcome.final),
         decisions=decisions,
         rounds=rounds,
@@ -353,6 +410,60 @@ def summarize_runs(records: Sequence[RunRecord]) -> dict[str, dict[str, float]]:
     return table
 
 
+# The paired comparison: resamples of the bootstrap, and its generator's seed (a fixed one: the same records
+# give the same interval every time).
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 0
+BASELINE = "reinloop"  # whom every other agent is paired with
+
+
+def paired(records: Sequence[RunRecord], agent: str, baseline: str = BASELINE) -> dict[str, float]:
+    """`baseline` against `agent` on the runs they share (same task and seed, hence the same draws): the runs
+    only the baseline solved (`wins`), only the agent solved (`losses`), the baseline's success minus the
+    agent's, and a 95% interval for that difference from a paired bootstrap over the shared runs (resampled
+    as pairs, so the faults both met stay matched)."""
+    solved = {(r.agent, r.task, r.seed): r.success for r in records}
+    keys = [(task, seed) for name, task, seed in solved if name == baseline and (agent, task, seed) in solved]
+    diffs = [int(solved[(baseline, *key)]) - int(solved[(agent, *key)]) for key in keys]
+    n = len(diffs)
+    if n == 0:
+        return {"pairs": 0, "wins": 0, "losses": 0, "difference": 0.0, "low": 0.0, "high": 0.0}
+    rng = random.Random(BOOTSTRAP_SEED)
+    means = sorted(sum(rng.choices(diffs, k=n)) / n for _ in range(BOOTSTRAP_RESAMPLES))
+    return {
+        "pairs": n,
+        "wins": diffs.count(1),
+        "losses": diffs.count(-1),
+        "difference": sum(diffs) / n,
+        "low": means[int(0.025 * BOOTSTRAP_RESAMPLES)],
+        "high": means[int(0.975 * BOOTSTRAP_RESAMPLES) - 1],
+    }
+
+
+def paired_all(records: Sequence[RunRecord], baseline: str = BASELINE) -> dict[str, dict[str, float]]:
+    """`paired` for every agent of `records` but the baseline (none if it did not run)."""
+    agents = dict.fromkeys(record.agent for record in records)
+    if baseline not in agents:
+        return {}
+    return {agent: paired(records, agent, baseline) for agent in agents if agent != baseline}
+
+
+def markdown_paired(comparisons: dict[str, dict[str, float]], baseline: str = BASELINE) -> str:
+    """One row per agent: the runs only the baseline solved, those only the agent solved, and the success
+    difference with its 95% interval, in percentage points."""
+    lines = [
+        f"| {baseline} vs | pairs | only {baseline} solved | only the other solved "
+        "| success difference | 95% interval (paired bootstrap) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for agent, row in comparisons.items():
+        lines.append(
+            f"| {agent} | {row['pairs']:.0f} | {row['wins']:.0f} | {row['losses']:.0f} | "
+            f"{row['difference'] * 100:+.1f} pp | {row['low'] * 100:+.1f} to {row['high'] * 100:+.1f} pp |"
+        )
+    return "\n".join(lines)
+
+
 def markdown_table(summary: dict[str, dict[str, float]]) -> str:
     lines = [
         "| agent | success | mean iterations | model calls | prompt tokens | of which tool schemas "
@@ -372,12 +483,13 @@ def write_report(records: Sequence[RunRecord], profile: FaultProfile, seed: int,
     """report.md, report.json and (with the eval extra's matplotlib) report.png in `out`; returns the summary."""
     out.mkdir(parents=True, exist_ok=True)
     summary = summarize_runs(records)
+    comparisons = paired_all(records)
     settings = {"seed": seed, "tasks": len({r.task for r in records}), "budget": BUDGET, **asdict(profile)}
-    (out / "report.json").write_text(
-        json.dumps({"settings": settings, "summary": summary, "runs": [asdict(r) for r in records]}, indent=2)
-    )
+    data = {"settings": settings, "summary": summary, "paired": comparisons, "runs": [asdict(r) for r in records]}
+    (out / "report.json").write_text(json.dumps(data, indent=2))
     text = (
         f"# reinloop evaluation\n\nSettings: {json.dumps(settings)}\n\n{markdown_table(summary)}\n\n"
+        f"## Paired with reinloop\n\n{markdown_paired(comparisons)}\n\n"
         f"## Fault model\n\n{FAULT_MODEL}\n\n## Metrics\n\n{METRICS}\n"
     )
     (out / "report.md").write_text(text)

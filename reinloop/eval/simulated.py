@@ -7,7 +7,7 @@ import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
@@ -15,7 +15,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.messages.tool import ToolCall
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
-from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from pydantic import PrivateAttr
 
 from reinloop.config import ProtocolName
@@ -34,21 +34,23 @@ repeating its previous call; when the answer is known, not stopping (calling a t
 answer. After an error observation it corrects itself with probability `correct_rate`, else it repeats the
 failed call. Tool faults: each tool call, with probability `tool_fault_rate`, raises an exception, does its
 work and then hangs for `slow_s` seconds (four times reinloop's tool timeout in the evaluation), or returns
-an empty result (one of the three, uniformly). Every draw comes from a random generator seeded by (seed,
-task, agent), so a run is the same every time for a given seed.
+an empty result (one of the three, uniformly). Draws are shared by the agents: each decision draws from a
+generator seeded by (seed, task, decision index), each tool call from one seeded by (seed, task, tool-call
+index), with a fixed number of draws each, so every agent meets the same faults at the same decision (and the
+same tool faults at the same tool call), and a run is the same every time for a given seed.
 
-Two more faults, off by default, draw from a second generator seeded the same way, so that with both off
-every run is the same as without them. Runaway (`runaway_rate`, AutoGPT-style): at the first decision at
-which the answer is known, with probability `runaway_rate` the model does not answer; from then on every
-decision is a new tool call, whatever it was sent: the n-th (n = 1, 2, ...) is `web_search` for one of
-eight topics of the search corpus followed by n when n is odd, `calculator` with "n * (n + 1)" when n is
-even: valid, read-only calls, never the same twice, that succeed unless a tool fault hits them. It keeps
-going for `runaway_rounds` calls and then answers, or, by default, until the agent stops it. Stubborn loop
-(`stubborn_rate`): at a decision that follows a successful tool observation, with probability
-`stubborn_rate` the model calls the same tool with the same arguments again instead of moving on (or
-answering); at each later decision it stops repeating with probability `correct_rate`, else repeats the
-call again, whatever the agent answered (the tool's result, an earlier result, a refusal). A model that
-has run away repeats nothing.
+Two more faults, off by default, use draws of their own (the runaway one per run, the stubborn loop one per
+decision), so that with both off every run is the same as without them. Runaway (`runaway_rate`,
+AutoGPT-style): at the first decision at which the answer is known, with probability `runaway_rate` the
+model does not answer; from then on every decision is a new tool call, whatever it was sent: the n-th (n =
+1, 2, ...) is `web_search` for one of eight topics of the search corpus followed by n when n is odd,
+`calculator` with "n * (n + 1)" when n is even: valid, read-only calls, never the same twice, that succeed
+unless a tool fault hits them. It keeps going for `runaway_rounds` calls and then answers, or, by default,
+until the agent stops it. Stubborn loop (`stubborn_rate`): at a decision that follows a successful tool
+observation, with probability `stubborn_rate` the model calls the same tool with the same arguments again
+instead of moving on (or answering); at each later decision it stops repeating with probability
+`correct_rate`, else repeats the call again, whatever the agent answered (the tool's result, an earlier
+result, a refusal). A model that has run away repeats nothing.
 
 The model writes in the agent's protocol (`protocol`): native tool calls, or the text of the json, react or
 call_tool protocol, the same decisions and the same faults in each; a malformed call is the call with the same
@@ -90,8 +92,6 @@ class SimulatedModel(BaseChatModel):
     # The format it writes its decisions in, and reads its prompt back with: that of the agent's protocol.
     protocol: ProtocolName = "tool_calling"
 
-    _rng: random.Random = PrivateAttr()
-    _extra: random.Random = PrivateAttr()  # the runaway and stubborn-loop draws
     _counter: TokenCounter = PrivateAttr()
     _runaway_drawn: bool = PrivateAttr(default=False)
     _runaway_calls: int | None = PrivateAttr(default=None)  # calls made since it ran away; None: it did not
@@ -101,8 +101,6 @@ class SimulatedModel(BaseChatModel):
     tool_schema_tokens: int = 0  # the tool schemas' part of prompt_tokens
 
     def model_post_init(self, context: Any) -> None:
-        self._rng = random.Random(self.seed)
-        self._extra = random.Random(f"{self.seed}/extra")
         self._counter = TokenCounter()
 
     @property
@@ -148,28 +146,29 @@ class SimulatedModel(BaseChatModel):
 
     def _decide(self, messages: list[BaseMessage]) -> AIMessage:
         task: EvalTask = self.task
+        draws = decision_draws(self.seed, self.decisions)
         progress = _progress(task, messages)
         done = progress >= len(task.plan)
         previous = _last_call(messages)
         failed, succeeded = _observed(messages, previous)
-        override = self._runaway(done) or self._stubborn(succeeded)
+        override = self._runaway(done) or self._stubborn(succeeded, draws.stubborn)
         if override is not None:
             return override
-        if failed is not None and self._rng.random() >= self.profile.correct_rate:
+        if failed is not None and draws.correct >= self.profile.correct_rate:
             return _call(failed["name"], failed["args"])  # does not learn: repeats the failed call
         faults = ["malformed", "bad_args", "unknown_tool", "repeat"] if not done else ["no_stop", "wrong_answer"]
         if previous is None and "repeat" in faults:
             faults.remove("repeat")
-        fault = self._rng.choice(faults) if self._rng.random() < self.profile.fault_rate else None
+        fault = faults[int(draws.which * len(faults))] if draws.fault < self.profile.fault_rate else None
         if done:
             return _finish(task, fault)
-        return self._step(task.plan[progress], fault, previous)
+        return self._step(task.plan[progress], fault, previous, draws.detail)
 
     def _runaway(self, done: bool) -> AIMessage | None:
         """The next runaway call, if the model has run away (drawn once, when the answer is first known)."""
         if done and not self._runaway_drawn:
             self._runaway_drawn = True
-            if self._extra.random() < self.profile.runaway_rate:
+            if random.Random(f"{self.seed}/runaway").random() < self.profile.runaway_rate:
                 self._runaway_calls = 0
         bound = self.profile.runaway_rounds
         if self._runaway_calls is None or (bound is not None and self._runaway_calls >= bound):
@@ -177,19 +176,19 @@ class SimulatedModel(BaseChatModel):
         self._runaway_calls += 1
         return _runaway_call(self._runaway_calls)
 
-    def _stubborn(self, succeeded: ToolCall | None) -> AIMessage | None:
+    def _stubborn(self, succeeded: ToolCall | None, draw: float) -> AIMessage | None:
         """The repeated call of a stubborn loop: started after a success, left with probability correct_rate."""
         if self._stubborn_call is not None:
-            if self._extra.random() < self.profile.correct_rate:
+            if draw < self.profile.correct_rate:
                 self._stubborn_call = None
                 return None
-        elif succeeded is not None and self._extra.random() < self.profile.stubborn_rate:
+        elif succeeded is not None and draw < self.profile.stubborn_rate:
             self._stubborn_call = succeeded
         if self._stubborn_call is None:
             return None
         return _call(self._stubborn_call["name"], self._stubborn_call["args"])
 
-    def _step(self, step: Step, fault: str | None, previous: ToolCall | None) -> AIMessage:
+    def _step(self, step: Step, fault: str | None, previous: ToolCall | None, detail: float = 0.0) -> AIMessage:
         """The plan's next step, or the mistake `fault` in its place."""
         if fault == "malformed":
             bad = {
@@ -203,7 +202,7 @@ class SimulatedModel(BaseChatModel):
         if fault == "bad_args":
             args = dict(step.args)
             key = next(iter(args))
-            if self._rng.random() < 0.5:
+            if detail < 0.5:
                 args.pop(key)  # missing
             else:
                 args[key] = [args[key]] if not isinstance(args[key], list) else {"x": 1}  # mistyped
@@ -213,6 +212,29 @@ class SimulatedModel(BaseChatModel):
         if fault == "repeat" and previous is not None:
             return _call(previous["name"], previous["args"])
         return _call(step.tool, step.args)
+
+
+class DecisionDraws(NamedTuple):
+    """The draws of one decision, all made whether used or not, so that the n-th decision of every agent on a
+    (seed, task) meets the same faults."""
+
+    correct: float  # below correct_rate: it corrects itself after a failure
+    fault: float  # below fault_rate: it makes a mistake
+    which: float  # which of the mistakes that apply
+    detail: float  # a bad argument: missing (below 0.5) or mistyped
+    stubborn: float  # a stubborn loop: starts below stubborn_rate, ends below correct_rate
+
+
+def decision_draws(seed: int, index: int) -> DecisionDraws:
+    """The draws of decision `index` (1, 2, ...) of a run seeded `seed`: the same for every agent."""
+    rng = random.Random(f"{seed}/decision/{index}")
+    return DecisionDraws(*(rng.random() for _ in DecisionDraws._fields))
+
+
+def tool_draws(seed: int, index: int) -> tuple[float, float]:
+    """The draws of tool call `index` (0, 1, ...) of a run seeded `seed`: whether it fails, and how."""
+    rng = random.Random(f"{seed}/tool/{index}")
+    return rng.random(), rng.random()
 
 
 def _finish(task: EvalTask, fault: str | None) -> AIMessage:
@@ -329,15 +351,20 @@ class ToolStats:
         return self.executed - min(plan_steps, self.succeeded)
 
 
-def faulty_tools(tools: Sequence[BaseTool], profile: FaultProfile, seed: int, stats: ToolStats) -> list[BaseTool]:
+def faulty_tools(
+    tools: Sequence[BaseTool], profile: FaultProfile, seed: int, stats: ToolStats, *, handle_errors: bool = False
+) -> list[BaseTool]:
     """The tools with seeded faults injected: exceptions (a backend that failed, which another attempt may
-    fix), slow calls, empty results."""
-    rng = random.Random(seed)
+    fix), slow calls, empty results. `handle_errors`: the tools handle their own errors, as a LangChain tool
+    with `handle_tool_error=True` does: any exception is raised as a `ToolException`, which the tool turns
+    into an error observation."""
+    kinds = ("exception", "slow", "empty")
 
     def wrap(tool: BaseTool) -> BaseTool:
         def run(**kwargs: Any) -> Any:
+            hit, which = tool_draws(seed, stats.executed)  # the n-th call of the run, whichever agent made it
             stats.executed += 1
-            fault = rng.choice(["exception", "slow", "empty"]) if rng.random() < profile.tool_fault_rate else None
+            fault = kinds[int(which * len(kinds))] if hit < profile.tool_fault_rate else None
             if fault == "exception":
                 raise ConnectionError(f"{tool.name} failed: simulated internal error")
             if fault == "empty":
@@ -353,8 +380,18 @@ def faulty_tools(tools: Sequence[BaseTool], profile: FaultProfile, seed: int, st
         # The tool's run policy but its isolation: what reinloop may retry or answer from cache stays as with
         # the tool itself, while the wrapper, whose draws and counts live here, runs in this process.
         policy = {k: v for k, v in ((tool.metadata or {}).get(POLICY_KEY) or {}).items() if k != "isolation"}
+
+        def handled(**kwargs: Any) -> Any:
+            try:
+                return run(**kwargs)
+            except ToolException:
+                raise
+            except Exception as exc:
+                raise ToolException(f"Error: {type(exc).__name__}: {exc}") from exc
+
         return StructuredTool.from_function(
-            func=run,
+            func=handled if handle_errors else run,
+            handle_tool_error=handle_errors,
             name=tool.name,
             description=tool.description,
             args_schema=tool.args_schema,
