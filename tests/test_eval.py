@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
 from reinloop import AgentConfig
 from reinloop.eval import AGENTS, BUDGET, SUITE, FaultProfile, evaluate_suite, write_report
@@ -208,25 +208,108 @@ def test_a_stubborn_model_repeats_a_successful_call_until_it_corrects_itself(cor
         assert calls[-1][0] == "calculator"
 
 
-@pytest.mark.parametrize("note", [None, "Your last 3 attempts failed: ... Take a different approach.", "fix it"])
-def test_a_note_after_a_failed_observation_does_not_change_how_the_simulated_model_reacts(note):
+# the fault and recovery model: one contract for every agent ------------------------------------------------
+
+NOTE = "Your last attempts failed: ... Take a different approach."
+NOTE_KINDS = {
+    "none": lambda: [],
+    "human": lambda: [HumanMessage(NOTE)],
+    "system": lambda: [SystemMessage(NOTE)],
+    "ai": lambda: [AIMessage(NOTE)],
+}
+BOGUS = {"bogus": 1}  # not the plan's arguments
+REPEATED_CALL = ("call", SUITE[0].plan[0].tool, json.dumps(BOGUS))
+
+
+def failed_call(task, result="Error: boom", status="error"):
+    call = {"name": task.plan[0].tool, "args": BOGUS, "id": "c1", "type": "tool_call"}
+    return [
+        HumanMessage(task.prompt),
+        AIMessage("", tool_calls=[call]),
+        ToolMessage(result, tool_call_id="c1", status=status),
+    ]
+
+
+def malformed_reply(task):
+    bad = {"type": "invalid_tool_call", "id": "m1", "name": task.plan[0].tool, "args": '{"expr', "error": None}
+    return [HumanMessage(task.prompt), AIMessage("", invalid_tool_calls=[bad])]
+
+
+def model_for(task, correct_rate, **faults):
+    from reinloop.eval.simulated import SimulatedModel
+
+    profile = FaultProfile(fault_rate=0.0, tool_fault_rate=0.0, correct_rate=correct_rate, **faults)
+    return SimulatedModel(task=task, profile=profile, seed=11)
+
+
+def plan_step(task):
+    return ("call", task.plan[0].tool, json.dumps(task.plan[0].args, sort_keys=True))
+
+
+@pytest.mark.parametrize("kind", list(NOTE_KINDS))
+@pytest.mark.parametrize(
+    "outcome, repeated",
+    [
+        (failed_call, ("call", SUITE[0].plan[0].tool, json.dumps(BOGUS))),
+        (
+            lambda task: failed_call(task, result="", status="success"),
+            ("call", SUITE[0].plan[0].tool, json.dumps(BOGUS)),
+        ),
+        (malformed_reply, ("malformed", SUITE[0].plan[0].tool)),
+        (
+            lambda task: [
+                *malformed_reply(task),
+                ToolMessage("Error: invalid call", tool_call_id="m1", status="error"),
+            ],
+            ("malformed", SUITE[0].plan[0].tool),
+        ),
+    ],
+    ids=["error-observation", "empty-result", "malformed-kept", "malformed-answered-by-a-tool-note"],
+)
+def test_the_model_reacts_to_its_last_actions_failure_the_same_whatever_message_kind_carries_a_note(
+    outcome, repeated, kind
+):
+    task = SUITE[0]
+    sent = outcome(task) + NOTE_KINDS[kind]()
+    assert signature(model_for(task, correct_rate=0.0).invoke(sent)) == repeated  # repeats the failed action
+    assert signature(model_for(task, correct_rate=1.0).invoke(sent)) == plan_step(task)  # corrects itself
+
+
+def first_decision_malformed_seed(task):
+    from reinloop.eval.simulated import decision_draws
+
+    # the first decision's faults are malformed, bad_args and unknown_tool: malformed is the first third
+    return next(seed for seed in range(1000) if decision_draws(seed, 1).which < 1 / 3)
+
+
+@pytest.mark.parametrize("kind", list(NOTE_KINDS))
+@pytest.mark.parametrize("correct_rate", [0.0, 1.0])
+def test_a_reask_after_a_dropped_malformed_reply_is_gated_by_the_correct_rate(kind, correct_rate):
     from reinloop.eval.simulated import SimulatedModel
 
     task = SUITE[0]
+    model = SimulatedModel(task=task, profile=FaultProfile(fault_rate=1.0), seed=first_decision_malformed_seed(task))
+    first = model.invoke([HumanMessage(task.prompt)])
+    assert signature(first) == ("malformed", task.plan[0].tool)
+    # the agent drops the reply and asks again, with or without a note: the draw is not a fresh one
+    model.profile = FaultProfile(fault_rate=0.0, correct_rate=correct_rate)
+    again = model.invoke([HumanMessage(task.prompt), *NOTE_KINDS[kind]()])
+    kept = model_for(task, correct_rate).invoke(malformed_reply(task) + NOTE_KINDS[kind]())
+    assert signature(again) == signature(kept)  # dropped or kept, the same reaction
+    assert signature(again) == (("malformed", task.plan[0].tool) if correct_rate == 0.0 else plan_step(task))
+
+
+@pytest.mark.parametrize("kind", list(NOTE_KINDS))
+def test_a_success_followed_by_a_note_of_any_kind_is_still_a_success(kind):
+    task = task_named("search-calc-01")  # web_search, then calculator
     step = task.plan[0]
-    call = {"name": step.tool, "args": {"bogus": 1}, "id": "c1", "type": "tool_call"}  # not the plan's step
-    failed = [
-        HumanMessage(task.prompt),
-        AIMessage("", tool_calls=[call]),
-        ToolMessage("Error: boom", tool_call_id="c1", status="error"),
-    ]
-    sent = failed + ([HumanMessage(note)] if note else [])
-    # never corrects itself: after a failed observation it repeats the failed call, whatever follows it
-    model = SimulatedModel(task=task, profile=FaultProfile(fault_rate=0.0, tool_fault_rate=0.0, correct_rate=0.0))
-    reply = model.invoke(sent)
-    assert [(c["name"], c["args"]) for c in reply.tool_calls] == [(step.tool, {"bogus": 1})]
-    corrects = SimulatedModel(task=task, profile=FaultProfile(fault_rate=0.0, tool_fault_rate=0.0, correct_rate=1.0))
-    assert corrects.invoke(sent).tool_calls[0]["args"] == step.args  # the plan's step: corrected
+    call = {"name": step.tool, "args": step.args, "id": "s1", "type": "tool_call"}
+    sent = [HumanMessage(task.prompt), AIMessage("", tool_calls=[call]), ToolMessage("found it", tool_call_id="s1")]
+    sent += NOTE_KINDS[kind]()
+    moves_on = model_for(task, correct_rate=0.0).invoke(sent)
+    assert moves_on.tool_calls[0]["name"] == task.plan[1].tool
+    stubborn = model_for(task, correct_rate=0.0, stubborn_rate=1.0).invoke(sent)  # a success starts a loop
+    assert signature(stubborn) == ("call", step.tool, json.dumps(step.args, sort_keys=True))
 
 
 def test_the_fault_wrappers_keep_each_tools_policy_but_run_in_this_process(tmp_path):

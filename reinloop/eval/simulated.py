@@ -11,7 +11,7 @@ from typing import Any, Literal, NamedTuple
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, InvalidToolCall, ToolMessage
 from langchain_core.messages.tool import ToolCall
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
@@ -31,8 +31,12 @@ FAULT_MODEL = """\
 Model faults: at each decision, with probability `fault_rate`, the model makes one mistake, drawn uniformly
 from those that apply: malformed tool-call JSON; missing or mistyped arguments; an unknown tool name;
 repeating its previous call; when the answer is known, not stopping (calling a tool again); a wrong final
-answer. After an error observation it corrects itself with probability `correct_rate`, else it repeats the
-failed call. Tool faults: each tool call, with probability `tool_fault_rate`, raises an exception, does its
+answer. Recovery: the model reacts to the outcome of its own last action, whatever the agent appends after it
+(a note as a human, system, AI or tool message changes nothing) and whether the agent kept or dropped that
+action: a call whose observation failed (an error or an empty result), or a malformed reply (which fails
+whatever answers it, and also when the agent drops it and asks again). After a failure it corrects itself
+with probability `correct_rate`, else it repeats the failed action (the same call, or the same malformed
+one). Tool faults: each tool call, with probability `tool_fault_rate`, raises an exception, does its
 work and then hangs for `slow_s` seconds (four times reinloop's tool timeout in the evaluation), or returns
 an empty result (one of the three, uniformly). Draws are shared by the agents: each decision draws from a
 generator seeded by (seed, task, decision index), each tool call from one seeded by (seed, task, tool-call
@@ -56,6 +60,9 @@ The model writes in the agent's protocol (`protocol`): native tool calls, or the
 call_tool protocol, the same decisions and the same faults in each; a malformed call is the call with the same
 unterminated arguments in that format. It reads its prompt back through the protocol, each `Observation:`
 turn as the result of the decision before it, so what it sees does not depend on the format either."""
+
+# What the model did at a decision that called a tool: a call, or a malformed (invalid) one.
+Action = ToolCall | InvalidToolCall
 
 # What a runaway model searches for: topics of the bundled corpus, so that every search finds something.
 RUNAWAY_TOPICS = (
@@ -96,6 +103,7 @@ class SimulatedModel(BaseChatModel):
     _runaway_drawn: bool = PrivateAttr(default=False)
     _runaway_calls: int | None = PrivateAttr(default=None)  # calls made since it ran away; None: it did not
     _stubborn_call: ToolCall | None = PrivateAttr(default=None)  # the call it keeps repeating
+    _malformed: InvalidToolCall | None = PrivateAttr(default=None)  # its last decision, if that was malformed
     decisions: int = 0
     prompt_tokens: int = 0  # what its decisions were sent: the messages and the tools' schemas bound beside them
     tool_schema_tokens: int = 0  # the tool schemas' part of prompt_tokens
@@ -151,11 +159,28 @@ class SimulatedModel(BaseChatModel):
         done = progress >= len(task.plan)
         previous = _last_call(messages)
         failed, succeeded = _observed(messages, previous)
+        if self._malformed is not None:  # its last reply was unreadable: that failed, kept or dropped
+            failed, succeeded = self._malformed, None
+        reply = self._react(progress, done, previous, failed, succeeded, draws)
+        bad = reply.invalid_tool_calls
+        self._malformed = bad[0] if bad and not reply.tool_calls else None
+        return reply
+
+    def _react(
+        self,
+        progress: int,
+        done: bool,
+        previous: Action | None,
+        failed: Action | None,
+        succeeded: ToolCall | None,
+        draws: DecisionDraws,
+    ) -> AIMessage:
+        task: EvalTask = self.task
         override = self._runaway(done) or self._stubborn(succeeded, draws.stubborn)
         if override is not None:
             return override
         if failed is not None and draws.correct >= self.profile.correct_rate:
-            return _call(failed["name"], failed["args"])  # does not learn: repeats the failed call
+            return _again(failed)  # does not learn: repeats the failed action
         faults = ["malformed", "bad_args", "unknown_tool", "repeat"] if not done else ["no_stop", "wrong_answer"]
         if previous is None and "repeat" in faults:
             faults.remove("repeat")
@@ -188,7 +213,7 @@ class SimulatedModel(BaseChatModel):
             return None
         return _call(self._stubborn_call["name"], self._stubborn_call["args"])
 
-    def _step(self, step: Step, fault: str | None, previous: ToolCall | None, detail: float = 0.0) -> AIMessage:
+    def _step(self, step: Step, fault: str | None, previous: Action | None, detail: float = 0.0) -> AIMessage:
         """The plan's next step, or the mistake `fault` in its place."""
         if fault == "malformed":
             bad = {
@@ -210,7 +235,7 @@ class SimulatedModel(BaseChatModel):
         if fault == "unknown_tool":
             return _call(step.tool + "_tool", step.args)
         if fault == "repeat" and previous is not None:
-            return _call(previous["name"], previous["args"])
+            return _again(previous)
         return _call(step.tool, step.args)
 
 
@@ -302,16 +327,25 @@ def _failed(message: ToolMessage) -> bool:
     return message.status == "error" or not text or text.startswith("Error") or text in ("[]", "{}", "None")
 
 
-def _observed(messages: Sequence[BaseMessage], previous: ToolCall | None) -> tuple[ToolCall | None, ToolCall | None]:
-    """The call whose observation the model was sent last, as (call, None) if it failed, (None, call) if not.
+def _observed(messages: Sequence[BaseMessage], previous: Action | None) -> tuple[Action | None, ToolCall | None]:
+    """The outcome of the model's last action `previous` (see `_last_call`), as (action, None) if it failed,
+    (None, call) if it succeeded, (None, None) if it is not known (no action yet, or not answered).
 
-    Notes an agent adds after the observations (a correction hint, a reflection turn) neither hide nor
-    change what the model saw: it reacts to its last action's outcome the same whatever the agent says.
+    A malformed call failed, whatever answered it. A call's outcome is its observation, the last tool message
+    after it. Notes an agent adds (a correction hint, a reflection turn, a refusal), as a human, system or AI
+    message without calls, neither hide nor change that outcome: the model reacts the same whatever kind of
+    message the agent writes them in.
     """
-    last = next((message for message in reversed(messages) if not isinstance(message, HumanMessage)), None)
-    if previous is None or not isinstance(last, ToolMessage):
+    if previous is None:
         return None, None
-    return (previous, None) if _failed(last) else (None, previous)
+    if _malformed(previous):
+        return previous, None
+    for message in reversed(messages):
+        if isinstance(message, ToolMessage):
+            return (previous, None) if _failed(message) else (None, previous)  # type: ignore[return-value]
+        if isinstance(message, AIMessage) and (message.tool_calls or message.invalid_tool_calls):
+            return None, None  # its last call was not answered
+    return None, None
 
 
 def _progress(task: EvalTask, messages: Sequence[BaseMessage]) -> int:
@@ -331,11 +365,24 @@ def _progress(task: EvalTask, messages: Sequence[BaseMessage]) -> int:
     return progress
 
 
-def _last_call(messages: Sequence[BaseMessage]) -> ToolCall | None:
+def _last_call(messages: Sequence[BaseMessage]) -> Action | None:
+    """The model's last action the messages show: the last call of the last reply that made one, a malformed
+    (invalid) call included."""
     for message in reversed(messages):
-        if isinstance(message, AIMessage) and message.tool_calls:
-            return message.tool_calls[-1]
+        if isinstance(message, AIMessage) and (message.tool_calls or message.invalid_tool_calls):
+            return message.tool_calls[-1] if message.tool_calls else message.invalid_tool_calls[-1]
     return None
+
+
+def _malformed(action: Action) -> bool:
+    return action.get("type") == "invalid_tool_call"
+
+
+def _again(action: Action) -> AIMessage:
+    """The same action again: the same call, or the same malformed one."""
+    if _malformed(action):
+        return AIMessage("", invalid_tool_calls=[{**action, "id": new_call_id()}])
+    return _call(action["name"] or "", action["args"])  # type: ignore[arg-type]
 
 
 class ToolStats:
