@@ -1,6 +1,8 @@
 """The evaluation: its tasks are solvable, its runs repeat exactly per seed, reinloop keeps its budgets."""
 
 import json
+import tempfile
+from pathlib import Path
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
@@ -13,6 +15,7 @@ NO_FAULTS = FaultProfile(fault_rate=0.0, tool_fault_rate=0.0)
 
 
 def without_time(records):
+    """The records without the real time they took, the one figure that may differ between reruns."""
     return [{**vars(record), "wall_s": None} for record in records]
 
 
@@ -37,7 +40,7 @@ def test_a_wrong_answer_fails_the_check(tmp_path):
 
 
 def test_a_run_is_the_same_every_time_for_a_seed():
-    profile = FaultProfile(fault_rate=0.5, tool_fault_rate=0.3, slow_s=0.4)  # timeout 0.1 s: far from either
+    profile = FaultProfile(fault_rate=0.5, tool_fault_rate=0.3)  # slow calls outlast reinloop's timeout
     first = evaluate_suite(profile=profile, seed=7, tasks=12)
     again = evaluate_suite(profile=profile, seed=7, tasks=12)
     other = evaluate_suite(profile=profile, seed=8, tasks=12)
@@ -47,7 +50,7 @@ def test_a_run_is_the_same_every_time_for_a_seed():
 
 @pytest.mark.parametrize("fault_rate", [0.3, 0.8], ids=["some-faults", "mostly-faults"])
 def test_reinloop_never_crashes_and_never_exceeds_its_budget(fault_rate):
-    profile = FaultProfile(fault_rate=fault_rate, correct_rate=0.3, tool_fault_rate=0.3, slow_s=0.05)
+    profile = FaultProfile(fault_rate=fault_rate, correct_rate=0.3, tool_fault_rate=0.3)
     records = evaluate_suite(profile=profile, seed=1, agents=("reinloop",))
     assert not [record for record in records if record.crashed]
     # rounds hold the budget; an unreadable reply is asked for again within its round (max_parse_retries)
@@ -87,7 +90,7 @@ def test_wasted_tool_calls_are_executions_but_the_successful_ones_up_to_the_plan
 
 
 def test_the_report_shows_every_agent_and_each_paired_with_reinloop(tmp_path):
-    profile = FaultProfile(slow_s=0.05)
+    profile = FaultProfile()
     records = evaluate_suite(profile=profile, seed=0, tasks=5)
     summary = write_report(records, profile, 0, tmp_path)
     assert list(summary) == list(AGENTS)
@@ -477,9 +480,12 @@ def test_the_nth_tool_call_meets_the_same_tool_fault_whichever_tool_an_agent_cal
 
 
 def record(agent, task, seed, success):
+    from dataclasses import fields
+
     from reinloop.eval.run import RunRecord
 
-    return RunRecord(agent, task, seed, success, 1, 1, 1, 1, 0, 1, 0, False, False, "answered", 0.0)
+    blank = {field.name: "" if field.type == "str" else 0 for field in fields(RunRecord)}  # every other figure nil
+    return RunRecord(**{**blank, "agent": agent, "task": task, "seed": seed, "success": success})
 
 
 def test_the_paired_comparison_counts_only_shared_runs_and_bounds_the_difference():
@@ -555,3 +561,69 @@ def test_the_reasking_middleware_asks_again_after_a_reply_of_malformed_calls_onl
     messages = result.invoke({"messages": [HumanMessage("2 + 3?")]})["messages"]
     assert messages[-1].text == "5" and twice.reasks == 2
     assert not any(getattr(m, "invalid_tool_calls", None) for m in messages)  # the dropped replies never reach it
+
+
+# simulated time -------------------------------------------------------------------------------------------
+
+
+def test_a_rerun_of_a_point_gives_the_same_figures_for_every_agent_slow_calls_and_timeouts_included():
+    from reinloop.eval import summarize_runs
+    from reinloop.eval.simulated import TOOL_TIMEOUT_S
+
+    profile = FaultProfile(fault_rate=0.3, correct_rate=0.5, tool_fault_rate=0.6)
+    assert profile.slow_s > TOOL_TIMEOUT_S  # reinloop's timeout gives up on a slow call, the others wait
+    first = evaluate_suite(profile=profile, seed=101, tasks=8)
+    again = evaluate_suite(profile=profile, seed=101, tasks=8)
+    assert without_time(first) == without_time(again)
+    assert summarize_runs(first) == summarize_runs(again)  # every figure of the summary, for every agent
+    waited = {agent: sum(r.sim_s for r in first if r.agent == agent) for agent in AGENTS}
+    # slow calls happened: the peers waited them out (slow_s each), reinloop stopped at its timeout
+    peer = "create_agent + middleware"
+    assert waited["reinloop"] > 0 and waited[peer] > 0
+    assert waited["reinloop"] / TOOL_TIMEOUT_S == pytest.approx(round(waited["reinloop"] / TOOL_TIMEOUT_S))
+    assert waited[peer] / profile.slow_s == pytest.approx(round(waited[peer] / profile.slow_s))
+
+
+def test_the_timer_and_the_models_latency_advance_simulated_time_without_sleeping():
+    import time
+
+    profile = FaultProfile(fault_rate=0.0, tool_fault_rate=0.0, latency_s=30.0)
+    start = time.perf_counter()
+    records = evaluate_suite(profile=profile, tasks=1, agents=("reinloop", "create_agent"))  # calc-01
+    timer = [task for task in SUITE if task.id == "timer-01"]
+    assert time.perf_counter() - start < 30
+    for record in records:  # two decisions: the call and the answer, 30 simulated seconds each
+        assert record.success and record.sim_s == 60.0
+    from reinloop.eval.run import run_task
+
+    waited = run_task(
+        "reinloop", timer[0], FaultProfile(fault_rate=0.0, tool_fault_rate=0.0), 0, Path(tempfile.mkdtemp())
+    )
+    assert waited.success and waited.sim_s == pytest.approx(0.1)
+
+
+def test_a_slow_call_hangs_until_its_run_ends_for_an_agent_with_a_shorter_timeout_and_not_at_all_for_others(tmp_path):
+    import threading
+
+    from reinloop.eval.simulated import TOOL_TIMEOUT_S, SimulatedClock, ToolStats, _tool_fault, faulty_tools
+    from reinloop.tools.toolset import default_toolset
+
+    profile = FaultProfile(tool_fault_rate=1.0)
+    seed = next(seed for seed in range(1000) if _tool_fault(profile, seed, 0) == "slow")
+    args = {"expression": "2 + 2"}
+
+    def calculator(clock, timeout_s):
+        tools = faulty_tools(default_toolset(tmp_path), profile, seed, ToolStats(), clock=clock, timeout_s=timeout_s)
+        return next(tool for tool in tools if tool.name == "calculator")
+
+    waits = SimulatedClock()
+    assert calculator(waits, None).invoke(args) == "4" and waits.seconds == profile.slow_s  # at once, no sleep
+    gives_up = SimulatedClock()
+    results = []
+    call = threading.Thread(target=lambda: results.append(calculator(gives_up, TOOL_TIMEOUT_S).invoke(args)))
+    call.start()
+    call.join(3 * TOOL_TIMEOUT_S)
+    assert call.is_alive() and results == []  # hangs past any timeout the agent has
+    gives_up.released.set()  # the run ended
+    call.join(5)
+    assert results == ["4"] and gives_up.seconds == TOOL_TIMEOUT_S

@@ -35,7 +35,8 @@ REFERENCE = "create_agent + middleware"  # whose prompt tokens reinloop's are co
 PEERS = tuple(agent for agent in AGENTS if agent != "reinloop")
 # Summed over a point's seeds; the rest of an agent's summary is averaged over them.
 COUNTS = (
-    "runs", "model_calls", "prompt_tokens", "tool_schema_tokens", "wasted_tool_calls", "over_budget_runs", "crashes"
+    "runs", "model_calls", "prompt_tokens", "tool_schema_tokens", "wasted_tool_calls", "over_budget_runs", "crashes",
+    "sim_s",
 )  # fmt: skip
 
 

@@ -25,7 +25,16 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 
 from reinloop.config import AgentConfig, ProtocolName
-from reinloop.eval.simulated import FAULT_MODEL, FaultProfile, SimulatedModel, ToolStats, faulty_tools, summarizer_of
+from reinloop.eval.simulated import (
+    FAULT_MODEL,
+    TOOL_TIMEOUT_S,
+    FaultProfile,
+    SimulatedClock,
+    SimulatedModel,
+    ToolStats,
+    faulty_tools,
+    summarizer_of,
+)
 from reinloop.eval.tasks import SUITE, EvalTask
 from reinloop.memory.tokens import TokenCounter
 from reinloop.presets import PRESETS, preset
@@ -113,7 +122,8 @@ class RunRecord:
     exceeded_budget: bool
     crashed: bool
     finish: str
-    wall_s: float
+    sim_s: float  # simulated seconds: the model's latency, the timer's waits, slow calls waited (to a timeout)
+    wall_s: float  # real seconds, for information: no figure of the summary depends on it
 
 
 # the four agents ------------------------------------------------------------------------------------------
@@ -237,9 +247,9 @@ def _reinloop(settings: dict[str, Any], protocol: Any = None) -> Runner:
 
 
 def _runners(profile: FaultProfile, real: Any = None) -> dict[str, Runner]:
-    # A quarter of the simulated hang: slow calls time out, normal ones never come near the limit. A preset
-    # keeps its own limits but gets this timeout too (no seed sets one), so that every row meets the same faults.
-    timeout = {"tool_timeout_s": profile.slow_s / 4}
+    # Slow calls longer than it hang until the run ends, normal ones take milliseconds (see TOOL_TIMEOUT_S). A
+    # preset keeps its own limits but gets this timeout too (no seed sets one), so every row meets the same faults.
+    timeout = {"tool_timeout_s": TOOL_TIMEOUT_S}
     if real is None:
         reinloop = _reinloop({"max_iterations": BUDGET, **timeout})
     else:  # a real model: its protocol and limits, and real tool timeouts
@@ -262,6 +272,11 @@ def _runners(profile: FaultProfile, real: Any = None) -> dict[str, Runner]:
 @functools.cache  # read for every run of a preset row: its runner and its model's protocol
 def _preset_of(agent: str) -> AgentConfig:
     return preset(agent.removeprefix("preset "))
+
+
+def tool_timeout_of(agent: str) -> float | None:
+    """The tool timeout `agent` has in the evaluation: reinloop's and the presets', None for the others."""
+    return TOOL_TIMEOUT_S if agent == "reinloop" or agent in PRESET_AGENTS else None
 
 
 def protocol_of(agent: str) -> ProtocolName:
@@ -299,11 +314,14 @@ def run_task(agent: str, task: EvalTask, profile: FaultProfile, seed: int, folde
     workspace = folder / agent.replace(" ", "_").replace("+", "plus") / task.id
     stats = ToolStats()
     counter = _CallCounter()
+    clock = SimulatedClock()
     if real is None:
         shared = run_seed(seed, task)  # the same draws for every agent
-        model: Any = SimulatedModel(task=task, profile=profile, seed=shared, protocol=protocol_of(agent))
+        model: Any = SimulatedModel(task=task, profile=profile, seed=shared, protocol=protocol_of(agent), clock=clock)
         tools = default_toolset(workspace, model=model)
-        tools = faulty_tools(tools, profile, shared, stats, handle_errors=agent in TOOLS_HANDLE_ERRORS)
+        handles = agent in TOOLS_HANDLE_ERRORS
+        timeout = tool_timeout_of(agent)
+        tools = faulty_tools(tools, profile, shared, stats, handle_errors=handles, clock=clock, timeout_s=timeout)
     else:
         model = real.model
         tools = faulty_tools(default_toolset(workspace, model=model), FaultProfile(tool_fault_rate=0.0), 0, stats)
@@ -314,6 +332,8 @@ def run_task(agent: str, task: EvalTask, profile: FaultProfile, seed: int, folde
             outcome = _runners(profile, real)[agent](model, tools, task, {"callbacks": [counter]})
         except Exception as exc:  # a crash is a measured outcome here, whatever its kind
             crashed, outcome = True, Outcome(None, type(exc).__name__)
+        finally:
+            clock.released.set()  # the calls still hanging return
         wall = time.perf_counter() - start
     decisions = model.decisions if real is None else counter.calls
     rounds = decisions - outcome.reasks if outcome.rounds is None else outcome.rounds
@@ -332,6 +352,7 @@ def run_task(agent: str, task: EvalTask, profile: FaultProfile, seed: int, folde
         exceeded_budget=rounds > BUDGET or outcome.finish in HARD_STOPS,
         crashed=crashed,
         finish=outcome.finish,
+        sim_s=round(clock.seconds, 6),
         wall_s=round(wall, 4),
     )
 
@@ -340,11 +361,11 @@ def run_task(agent: str, task: EvalTask, profile: FaultProfile, seed: int, folde
 def _collected_between_runs() -> Iterator[None]:
     """No garbage collection during a run; the run's garbage is collected after it.
 
-    A tool's time limit in the evaluation is a quarter of the simulated hang (0.125 s), and a full
-    collection in a process that has run many agents pauses every thread for about as long: a call it
-    caught timed out, and was retried, where no fault was drawn. Outcomes are decided by the seeded draws
-    only, so collection waits for the run to end: its young objects then, the whole heap every
-    `FULL_COLLECTION_EVERY` runs.
+    A tool's time limit in the evaluation is real (`TOOL_TIMEOUT_S`), and a full collection in a process
+    that has run many agents pauses every thread: when the limit was 0.125 s such a pause timed calls out
+    where no fault was drawn. The limit is now far above a normal call's time and a pause, but outcomes
+    are to be decided by the seeded draws only, so collection still waits for the run to end: its young
+    objects then, the whole heap every `FULL_COLLECTION_EVERY` runs.
     """
     global _runs_since_full_collection
     enabled = gc.isenabled()
@@ -385,8 +406,8 @@ def evaluate_suite(
 
 def _scratch_folder() -> str | None:
     """Where the runs' workspaces go: a RAM-backed folder where the system has one, else the default temporary
-    folder. The tools sync what they write; on a busy disk a sync can outlast reinloop's short tool timeout
-    in the evaluation, a fault no seed draws, and it made the suite slower by about a third."""
+    folder. The tools sync what they write; on a busy disk a sync could come near reinloop's tool timeout in
+    the evaluation (a fault no seed draws), and it made the suite slower by about a third."""
     shm = Path(RAM_FOLDER)
     return RAM_FOLDER if shm.is_dir() and os.access(shm, os.W_OK) else None
 
@@ -405,7 +426,7 @@ def summarize_runs(records: Sequence[RunRecord]) -> dict[str, dict[str, float]]:
             "wasted_tool_calls": sum(r.wasted_tool_calls for r in runs),
             "over_budget_runs": sum(r.exceeded_budget for r in runs),
             "crashes": sum(r.crashed for r in runs),
-            "wall_s": round(sum(r.wall_s for r in runs), 2),
+            "sim_s": round(sum(r.sim_s for r in runs), 3),
         }
     return table
 
@@ -467,14 +488,14 @@ def markdown_paired(comparisons: dict[str, dict[str, float]], baseline: str = BA
 def markdown_table(summary: dict[str, dict[str, float]]) -> str:
     lines = [
         "| agent | success | mean iterations | model calls | prompt tokens | of which tool schemas "
-        "| wasted tool calls | runs over budget | crashes | wall time (s) |",
+        "| wasted tool calls | runs over budget | crashes | simulated time (s) |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for agent, row in summary.items():
         lines.append(
             f"| {agent} | {row['success_rate']:.0%} | {row['mean_iterations']:.1f} | {row['model_calls']} | "
             f"{row['prompt_tokens']:,} | {row['tool_schema_tokens']:,} | {row['wasted_tool_calls']} | "
-            f"{row['over_budget_runs']} | {row['crashes']} | {row['wall_s']:.1f} |"
+            f"{row['over_budget_runs']} | {row['crashes']} | {row['sim_s']:.1f} |"
         )
     return "\n".join(lines)
 

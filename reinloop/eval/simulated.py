@@ -4,8 +4,8 @@ tool faults injected around it. The fault model is documented in `FAULT_MODEL`."
 from __future__ import annotations
 
 import random
-import time
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
@@ -23,9 +23,18 @@ from reinloop.eval.tasks import TRANSLATIONS, EvalTask, Step
 from reinloop.memory.tokens import TokenCounter
 from reinloop.protocols import OBSERVATION_LABEL, DecisionProtocol, WrittenProtocol, get_protocol, new_call_id
 from reinloop.testing import bind_as_provider
+from reinloop.tools.clock import TimerTool
 from reinloop.tools.registry import POLICY_KEY, ToolRegistry
 
-__all__ = ["FAULT_MODEL", "FaultProfile", "SimulatedModel", "faulty_tools", "summarizer_of"]
+__all__ = [
+    "FAULT_MODEL",
+    "TOOL_TIMEOUT_S",
+    "FaultProfile",
+    "SimulatedClock",
+    "SimulatedModel",
+    "faulty_tools",
+    "summarizer_of",
+]
 
 FAULT_MODEL = """\
 Model faults: at each decision, with probability `fault_rate`, the model makes one mistake, drawn uniformly
@@ -37,11 +46,18 @@ action: a call whose observation failed (an error or an empty result), or a malf
 whatever answers it, and also when the agent drops it and asks again). After a failure it corrects itself
 with probability `correct_rate`, else it repeats the failed action (the same call, or the same malformed
 one). Tool faults: each tool call, with probability `tool_fault_rate`, raises an exception, does its
-work and then hangs for `slow_s` seconds (four times reinloop's tool timeout in the evaluation), or returns
-an empty result (one of the three, uniformly). Draws are shared by the agents: each decision draws from a
-generator seeded by (seed, task, decision index), each tool call from one seeded by (seed, task, tool-call
-index), with a fixed number of draws each, so every agent meets the same faults at the same decision (and the
-same tool faults at the same tool call), and a run is the same every time for a given seed.
+work and then hangs for `slow_s` simulated seconds (four times the tool timeout reinloop and the presets have
+in the evaluation), or returns an empty result (one of the three, uniformly). Time is simulated, so that no
+figure depends on the machine's load: a model's latency, a timer's wait and a slow call's hang advance the
+run's clock without sleeping; an agent with no tool timeout (or a longer one) waits the hang out and gets
+the result, one whose timeout is shorter than the hang gets a timeout, since such a call hangs until the run
+ends (its timeout, a real one, is then the only real wait, and no load makes a hang that never ends finish
+within it, nor makes a normal call, milliseconds long, outlast it).
+
+Draws are shared by the agents: each decision draws from a generator seeded by (seed, task, decision index),
+each tool call from one seeded by (seed, task, tool-call index), with a fixed number of draws each, so every
+agent meets the same faults at the same decision (and the same tool faults at the same tool call), and a run
+is the same every time for a given seed.
 
 Two more faults, off by default, use draws of their own (the runaway one per run, the stubborn loop one per
 decision), so that with both off every run is the same as without them. Runaway (`runaway_rate`,
@@ -74,13 +90,31 @@ _TRANSLATOR = "professional translator"
 _SUMMARY = "Summary: the agent worked through its plan step by step."
 
 
+# The tool timeout of reinloop and the presets in the evaluation (real seconds): a normal call takes
+# milliseconds, and a slow call longer than it hangs until the run ends, so no load crosses this margin.
+TOOL_TIMEOUT_S = 0.5
+# The longest a hung call blocks its thread if its run never releases it (a safety net: runs release it).
+HANG_LIMIT_S = 600.0
+
+
+class SimulatedClock:
+    """A run's simulated time: what the model's latency, the timer's waits and slow calls add, in seconds."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.released = threading.Event()  # set when the run ends: the calls that hang return then
+
+    def advance(self, seconds: float) -> None:
+        self.seconds += seconds
+
+
 @dataclass(frozen=True)
 class FaultProfile:
     fault_rate: float = 0.2
     correct_rate: float = 0.7
     tool_fault_rate: float = 0.1
-    slow_s: float = 0.5
-    latency_s: float = 0.0  # simulated model latency per call
+    slow_s: float = 4 * TOOL_TIMEOUT_S  # simulated seconds a slow call hangs
+    latency_s: float = 0.0  # simulated model latency per call (simulated seconds)
     runaway_rate: float = 0.0  # per run: once the answer is known, the chance it calls tools instead, on and on
     runaway_rounds: int | None = None  # runaway calls before it answers after all; None: it never does
     stubborn_rate: float = 0.0  # per decision after a successful call: the chance it repeats that call
@@ -98,6 +132,8 @@ class SimulatedModel(BaseChatModel):
     role: Literal["decide", "summarize"] = "decide"
     # The format it writes its decisions in, and reads its prompt back with: that of the agent's protocol.
     protocol: ProtocolName = "tool_calling"
+    # The run's simulated time (a `SimulatedClock`), shared with its summarizer twin; None: not kept.
+    clock: Any = None
 
     _counter: TokenCounter = PrivateAttr()
     _runaway_drawn: bool = PrivateAttr(default=False)
@@ -129,8 +165,8 @@ class SimulatedModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        if self.profile.latency_s:
-            time.sleep(self.profile.latency_s)
+        if self.clock is not None:
+            self.clock.advance(self.profile.latency_s)
         first = messages[0].text.lower() if messages else ""
         if self.role == "summarize":
             reply = AIMessage(_SUMMARY)
@@ -314,7 +350,9 @@ def summarizer_of(model: BaseChatModel) -> BaseChatModel:
     """The summary model to give an agent whose model is `model`: a simulated model's summarizer twin (no
     draws from its seeded generator, no decisions counted), or a real model itself."""
     if isinstance(model, SimulatedModel) and model.role == "decide":
-        return SimulatedModel(task=model.task, profile=model.profile, seed=model.seed, role="summarize")
+        return SimulatedModel(
+            task=model.task, profile=model.profile, seed=model.seed, role="summarize", clock=model.clock
+        )
     return model
 
 
@@ -399,19 +437,33 @@ class ToolStats:
 
 
 def faulty_tools(
-    tools: Sequence[BaseTool], profile: FaultProfile, seed: int, stats: ToolStats, *, handle_errors: bool = False
+    tools: Sequence[BaseTool],
+    profile: FaultProfile,
+    seed: int,
+    stats: ToolStats,
+    *,
+    handle_errors: bool = False,
+    clock: SimulatedClock | None = None,
+    timeout_s: float | None = None,
 ) -> list[BaseTool]:
     """The tools with seeded faults injected: exceptions (a backend that failed, which another attempt may
-    fix), slow calls, empty results. `handle_errors`: the tools handle their own errors, as a LangChain tool
+    fix), slow calls, empty results.
+
+    A slow call hangs `profile.slow_s` simulated seconds on `clock`: an agent whose tool timeout `timeout_s`
+    is shorter finds it hanging until the clock is released (its run ended), any other waits it out at once.
+    The timer waits on the clock too. `handle_errors`: the tools handle their own errors, as a LangChain tool
     with `handle_tool_error=True` does: any exception is raised as a `ToolException`, which the tool turns
-    into an error observation."""
-    kinds = ("exception", "slow", "empty")
+    into an error observation.
+    """
+    clock = clock or SimulatedClock()
+    for tool in tools:
+        if isinstance(tool, TimerTool):
+            tool.sleep = clock.advance
 
     def wrap(tool: BaseTool) -> BaseTool:
         def run(**kwargs: Any) -> Any:
-            hit, which = tool_draws(seed, stats.executed)  # the n-th call of the run, whichever agent made it
+            fault = _tool_fault(profile, seed, stats.executed)  # the n-th call of the run, whichever agent made it
             stats.executed += 1
-            fault = kinds[int(which * len(kinds))] if hit < profile.tool_fault_rate else None
             if fault == "exception":
                 raise ConnectionError(f"{tool.name} failed: simulated internal error")
             if fault == "empty":
@@ -421,23 +473,14 @@ def faulty_tools(
             if fault == "slow":
                 # The work is done before the hang, so what a run did is known when it ends, even when an
                 # agent stopped waiting and left the call running.
-                time.sleep(profile.slow_s)
+                _hang(clock, profile.slow_s, timeout_s)
             return result
 
         # The tool's run policy but its isolation: what reinloop may retry or answer from cache stays as with
         # the tool itself, while the wrapper, whose draws and counts live here, runs in this process.
         policy = {k: v for k, v in ((tool.metadata or {}).get(POLICY_KEY) or {}).items() if k != "isolation"}
-
-        def handled(**kwargs: Any) -> Any:
-            try:
-                return run(**kwargs)
-            except ToolException:
-                raise
-            except Exception as exc:
-                raise ToolException(f"Error: {type(exc).__name__}: {exc}") from exc
-
         return StructuredTool.from_function(
-            func=handled if handle_errors else run,
+            func=_handled(run) if handle_errors else run,
             handle_tool_error=handle_errors,
             name=tool.name,
             description=tool.description,
@@ -446,3 +489,34 @@ def faulty_tools(
         )
 
     return [wrap(tool) for tool in tools]
+
+
+TOOL_FAULTS = ("exception", "slow", "empty")
+
+
+def _tool_fault(profile: FaultProfile, seed: int, index: int) -> str | None:
+    hit, which = tool_draws(seed, index)
+    return TOOL_FAULTS[int(which * len(TOOL_FAULTS))] if hit < profile.tool_fault_rate else None
+
+
+def _hang(clock: SimulatedClock, hang_s: float, timeout_s: float | None) -> None:
+    """A slow call's hang: waited out in simulated time, or, past the agent's timeout, until the run ends."""
+    if timeout_s is not None and hang_s > timeout_s:
+        clock.advance(timeout_s)  # the agent gives up at its timeout
+        clock.released.wait(HANG_LIMIT_S)
+    else:
+        clock.advance(hang_s)
+
+
+def _handled(run: Callable[..., Any]) -> Callable[..., Any]:
+    """`run`, its exceptions raised as a `ToolException` (what a tool with handle_tool_error=True reports)."""
+
+    def handled(**kwargs: Any) -> Any:
+        try:
+            return run(**kwargs)
+        except ToolException:
+            raise
+        except Exception as exc:
+            raise ToolException(f"Error: {type(exc).__name__}: {exc}") from exc
+
+    return handled
