@@ -396,6 +396,7 @@ def test_a_real_models_prompt_tokens_count_the_tools_bound_to_it():
     tokens = TokenCounter()
     assert counter.calls == 2 and counter.tool_schema_tokens == tokens.tools([convert_to_openai_tool(add)]) > 0
     assert counter.prompt_tokens == 2 * tokens.messages(messages) + counter.tool_schema_tokens
+    assert counter.completion_tokens == 2 * tokens.message(AIMessage("5")) > 0  # what it wrote, twice
 
 
 @pytest.mark.parametrize(
@@ -627,3 +628,55 @@ def test_a_slow_call_hangs_until_its_run_ends_for_an_agent_with_a_shorter_timeou
     gives_up.released.set()  # the run ended
     call.join(5)
     assert results == ["4"] and gives_up.seconds == TOOL_TIMEOUT_S
+
+
+# cost -----------------------------------------------------------------------------------------------------
+
+
+def test_every_model_call_of_a_run_is_metered_summaries_and_translations_included_with_its_completion():
+    from reinloop.eval.simulated import Meter, SimulatedModel, message_tokens, summarizer_of
+    from reinloop.memory.tokens import TOKENS_PER_REPLY, TokenCounter
+
+    task = task_named("translate-01")
+    meter = Meter()
+    model = SimulatedModel(task=task, profile=NO_FAULTS, meter=meter)
+    counter = TokenCounter()
+    decision = model.invoke([HumanMessage(task.prompt)])
+    summary = summarizer_of(model).invoke([HumanMessage("- step one")])
+    asked = [HumanMessage("You are a professional translator. Translate into French."), HumanMessage("good morning")]
+    translation = model.invoke(asked)
+    assert translation.text == "Bonjour" and summary.text.startswith("Summary:")
+    assert meter.calls == 3 and model.decisions == 1  # a summary and a translation are model calls, not decisions
+    written = sum(message_tokens(counter, [reply]) - TOKENS_PER_REPLY for reply in (decision, summary, translation))
+    assert meter.completion_tokens == written > 0
+    assert meter.prompt_tokens > model.prompt_tokens  # the decisions' part is what the model alone counted
+
+
+def test_a_malformed_calls_arguments_are_tokens_both_written_and_sent_again():
+    from reinloop.eval.simulated import message_tokens
+    from reinloop.memory.tokens import TokenCounter
+
+    counter = TokenCounter()
+    args = '{"expression": "1 + 1 + 1'
+    bad = {"type": "invalid_tool_call", "id": "m1", "name": "calculator", "args": args, "error": None}
+    malformed, empty = AIMessage("", invalid_tool_calls=[bad]), AIMessage("")
+    extra = counter.text("calculator") + counter.text(bad["args"])
+    assert message_tokens(counter, [malformed]) == message_tokens(counter, [empty]) + extra
+    assert counter.messages([malformed]) == counter.messages([empty])  # what reinloop's own counter leaves out
+
+
+def test_rounds_leave_out_re_asks_alike_and_model_calls_cover_every_decision():
+    from reinloop.eval import summarize_runs
+    from reinloop.eval.run import REASKING
+
+    records = evaluate_suite(profile=FaultProfile(fault_rate=0.6, correct_rate=0.3), seed=100, tasks=10)
+    for record in records:
+        assert record.model_calls >= record.decisions and record.completion_tokens > 0
+        if record.agent not in (REASKING, "reinloop"):
+            assert record.rounds == record.decisions  # no re-ask: every decision is a round
+    assert any(r.rounds < r.decisions for r in records if r.agent == REASKING)
+    assert any(r.rounds < r.decisions for r in records if r.agent == "reinloop")
+    for agent, row in summarize_runs(records).items():
+        runs = [r for r in records if r.agent == agent]
+        tokens = sum(r.prompt_tokens + r.completion_tokens for r in runs)
+        assert row["tokens_per_success"] == pytest.approx(tokens / max(1, row["successes"]), abs=0.1)

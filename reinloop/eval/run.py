@@ -21,6 +21,7 @@ from langchain.agents.middleware import AgentMiddleware
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import LLMResult
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 
@@ -29,14 +30,16 @@ from reinloop.eval.simulated import (
     FAULT_MODEL,
     TOOL_TIMEOUT_S,
     FaultProfile,
+    Meter,
     SimulatedClock,
     SimulatedModel,
     ToolStats,
     faulty_tools,
+    message_tokens,
     summarizer_of,
 )
 from reinloop.eval.tasks import SUITE, EvalTask
-from reinloop.memory.tokens import TokenCounter
+from reinloop.memory.tokens import TOKENS_PER_REPLY, TokenCounter
 from reinloop.presets import PRESETS, preset
 from reinloop.tools.toolset import default_toolset
 
@@ -63,6 +66,10 @@ __all__ = [
 # other seeds, which no setting was chosen on. The grid's and the command's default seeds are the reporting ones.
 TUNING_SEEDS = tuple(range(9))
 REPORTING_SEEDS = (100, 101, 102)
+# The paired comparison: resamples of the bootstrap, and its generator's seed (a fixed one: the same records
+# give the same interval every time).
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 0
 BUDGET = 20  # rounds each agent is meant to take at most (reinloop's max_iterations, the middleware's call limit)
 # Times the re-asking middleware asks again after a malformed reply: reinloop's default max_parse_retries.
 REASK_RETRIES = AgentConfig().max_parse_retries
@@ -77,21 +84,30 @@ _runs_since_full_collection = 0
 
 METRICS = f"""\
 Success: the task's check holds (the answer holds the expected value, and/or the file or the database row
-exists). Iterations: the agent's decisions (its model calls, without those of the translate tool and the
-summarizers). Runs over budget: runs that took more than {BUDGET} rounds, or that the evaluation had to stop
-because the agent did not (the naive loop at {HARD_CAP} decisions, create_agent at LangGraph's recursion limit,
-set at {HARD_CAP} rounds); reinloop (max_iterations {BUDGET}) and create_agent with middleware (a model call
-limit of {BUDGET}) stop themselves. A round is a decision the agent acts on: for reinloop one of its
-iterations, in which an unreadable reply is asked for again (so its decisions can exceed its rounds); for
-the others every decision. Wasted tool calls: tool executions that did not serve the task, all
-executions but the successful ones counted up to the number of steps in the task's reference plan (so a
-failed call, a retry, a repeat, any call beyond the plan counts; a call refused before it runs does not).
-Prompt tokens: what the agent sent the model at its decisions, counted with tiktoken as a provider bills
-them: the messages, and the schemas of the tools bound for native tool calls (each counted as its JSON, as
-reinloop's token budget counts them), which every such call sends again; for a preset whose protocol writes
-text (json, react, call_tool) the tool list is in its system prompt instead. Tool schema tokens: the schemas'
-part of the prompt tokens, the same for every call of an agent that binds the same tools, so that the
-difference between agents in it is their number of decisions."""
+exists). Paired with reinloop: every agent meets the same draws on a task at a seed, so each run of an agent
+is paired with reinloop's run on the same task and seed; the runs only reinloop solved, those only the other
+solved, and reinloop's success minus the other's with a 95% interval from a paired bootstrap
+({BOOTSTRAP_RESAMPLES} resamples of the pairs, seeded). Tokens per successful run (the headline cost): the
+prompt and completion tokens of every model call the runs caused (decisions, a decision asked for again,
+summaries, the translate tool's calls), over the successful runs. Iterations: the agent's decisions (its
+model calls, without those of the translate tool and the summarizers; a decision asked for again counts).
+Model calls: every model call. Runs over budget: runs that took more than {BUDGET} rounds, or that the
+evaluation had to stop because the agent did not (the naive loop at {HARD_CAP} decisions, create_agent at
+LangGraph's recursion limit, set at {HARD_CAP} rounds); reinloop (max_iterations {BUDGET}) and create_agent
+with middleware (a model call limit of {BUDGET}) stop themselves. A round is a decision the agent acts on:
+for reinloop one of its iterations, for the others a model step; a reply of malformed calls asked for again
+within it (reinloop's parse retry, the re-asking middleware) is a decision and a model call but not a
+round, for both alike. Wasted tool calls: tool executions that did not serve the task, all executions but
+the successful ones counted up to the number of steps in the task's reference plan (so a failed call, a
+retry, a repeat, any call beyond the plan counts; a call refused before it runs does not). Prompt tokens:
+what the model calls were sent, counted with tiktoken as a provider bills them: the messages (a malformed
+call's name and arguments included), and the schemas of the tools bound for native tool calls (each counted
+as its JSON, as reinloop's token budget counts them), which every such call sends again; for a preset whose
+protocol writes text (json, react, call_tool) the tool list is in its system prompt instead. Completion
+tokens: what the calls wrote (text, calls, malformed calls). Tool schema tokens: the schemas' part of the
+prompt tokens. Simulated time: the model's latency, the timer's waits and the slow calls' hangs as each
+agent waited them (to its tool timeout, or to the end), in simulated seconds; no figure depends on real
+time."""
 
 # How ModelCallLimitMiddleware's closing message starts when it ends a run (exit_behavior "end").
 CALL_LIMIT_TEXT = "Model call limits exceeded"
@@ -113,9 +129,10 @@ class RunRecord:
     seed: int
     success: bool
     decisions: int  # model calls to decide (not the translate tool's or a summarizer's)
-    rounds: int  # decisions acted on: reinloop's iterations; for the others, the same as decisions
-    model_calls: int
-    prompt_tokens: int  # messages and tool schemas
+    rounds: int  # decisions acted on: reinloop's iterations, the others' model steps (a re-ask is not one)
+    model_calls: int  # every model call the run caused: decisions, re-asks, summaries, the translate tool's
+    prompt_tokens: int  # what those calls were sent: messages (malformed calls included) and tool schemas
+    completion_tokens: int  # what those calls wrote: text, calls, malformed calls
     tool_schema_tokens: int  # the tool schemas' part of prompt_tokens
     tool_calls: int
     wasted_tool_calls: int
@@ -285,11 +302,12 @@ def protocol_of(agent: str) -> ProtocolName:
 
 
 class _CallCounter(BaseCallbackHandler):
-    """Counts a real model's calls and the tokens of what it is sent."""
+    """Counts a real model's calls and the tokens of what it is sent and what it writes."""
 
     def __init__(self) -> None:
         self.calls = 0
         self.prompt_tokens = 0  # messages and tool schemas
+        self.completion_tokens = 0
         self.tool_schema_tokens = 0
         self._counter = TokenCounter()
 
@@ -297,7 +315,14 @@ class _CallCounter(BaseCallbackHandler):
         self.calls += 1
         schemas = self._counter.tools((kwargs.get("invocation_params") or {}).get("tools") or ())
         self.tool_schema_tokens += schemas
-        self.prompt_tokens += self._counter.messages(messages[0]) + schemas
+        self.prompt_tokens += message_tokens(self._counter, messages[0]) + schemas
+
+    def on_llm_end(self, response: LLMResult, **kwargs: Any) -> None:
+        for generations in response.generations:
+            for generation in generations:
+                message = getattr(generation, "message", None)
+                if isinstance(message, BaseMessage):
+                    self.completion_tokens += message_tokens(self._counter, [message]) - TOKENS_PER_REPLY
 
 
 # running --------------------------------------------------------------------------------------------------
@@ -314,10 +339,12 @@ def run_task(agent: str, task: EvalTask, profile: FaultProfile, seed: int, folde
     workspace = folder / agent.replace(" ", "_").replace("+", "plus") / task.id
     stats = ToolStats()
     counter = _CallCounter()
-    clock = SimulatedClock()
+    clock, meter = SimulatedClock(), Meter()
     if real is None:
         shared = run_seed(seed, task)  # the same draws for every agent
-        model: Any = SimulatedModel(task=task, profile=profile, seed=shared, protocol=protocol_of(agent), clock=clock)
+        model: Any = SimulatedModel(
+            task=task, profile=profile, seed=shared, protocol=protocol_of(agent), clock=clock, meter=meter
+        )
         tools = default_toolset(workspace, model=model)
         handles = agent in TOOLS_HANDLE_ERRORS
         timeout = tool_timeout_of(agent)
@@ -344,9 +371,10 @@ def run_task(agent: str, task: EvalTask, profile: FaultProfile, seed: int, folde
         success=not crashed and task.check(workspace, outcome.final),
         decisions=decisions,
         rounds=rounds,
-        model_calls=counter.calls,
-        prompt_tokens=model.prompt_tokens if real is None else counter.prompt_tokens,
-        tool_schema_tokens=model.tool_schema_tokens if real is None else counter.tool_schema_tokens,
+        model_calls=meter.calls if real is None else counter.calls,
+        prompt_tokens=meter.prompt_tokens if real is None else counter.prompt_tokens,
+        completion_tokens=meter.completion_tokens if real is None else counter.completion_tokens,
+        tool_schema_tokens=meter.tool_schema_tokens if real is None else counter.tool_schema_tokens,
         tool_calls=stats.executed,
         wasted_tool_calls=stats.wasted(len(task.plan)),
         exceeded_budget=rounds > BUDGET or outcome.finish in HARD_STOPS,
@@ -416,12 +444,17 @@ def summarize_runs(records: Sequence[RunRecord]) -> dict[str, dict[str, float]]:
     table: dict[str, dict[str, float]] = {}
     for agent in dict.fromkeys(record.agent for record in records):
         runs = [record for record in records if record.agent == agent]
+        successes = sum(r.success for r in runs)
+        tokens = sum(r.prompt_tokens + r.completion_tokens for r in runs)
         table[agent] = {
             "runs": len(runs),
-            "success_rate": sum(r.success for r in runs) / len(runs),
+            "successes": successes,
+            "success_rate": successes / len(runs),
+            "tokens_per_success": tokens_per_success(tokens, successes),
             "mean_iterations": statistics.mean(r.decisions for r in runs),
             "model_calls": sum(r.model_calls for r in runs),
             "prompt_tokens": sum(r.prompt_tokens for r in runs),
+            "completion_tokens": sum(r.completion_tokens for r in runs),
             "tool_schema_tokens": sum(r.tool_schema_tokens for r in runs),
             "wasted_tool_calls": sum(r.wasted_tool_calls for r in runs),
             "over_budget_runs": sum(r.exceeded_budget for r in runs),
@@ -431,10 +464,6 @@ def summarize_runs(records: Sequence[RunRecord]) -> dict[str, dict[str, float]]:
     return table
 
 
-# The paired comparison: resamples of the bootstrap, and its generator's seed (a fixed one: the same records
-# give the same interval every time).
-BOOTSTRAP_RESAMPLES = 2000
-BOOTSTRAP_SEED = 0
 BASELINE = "reinloop"  # whom every other agent is paired with
 
 
@@ -485,16 +514,24 @@ def markdown_paired(comparisons: dict[str, dict[str, float]], baseline: str = BA
     return "\n".join(lines)
 
 
+def tokens_per_success(tokens: float, successes: float) -> float:
+    """The headline cost: all tokens of all runs (prompt and completion, every model call) per successful run;
+    with no success, all the tokens (as if one run had succeeded)."""
+    return round(tokens / max(1, successes), 1)
+
+
 def markdown_table(summary: dict[str, dict[str, float]]) -> str:
     lines = [
-        "| agent | success | mean iterations | model calls | prompt tokens | of which tool schemas "
-        "| wasted tool calls | runs over budget | crashes | simulated time (s) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| agent | success | tokens per successful run | mean iterations | model calls | prompt tokens "
+        "| completion tokens | of which tool schemas | wasted tool calls | runs over budget | crashes "
+        "| simulated time (s) |",
+        "| --- |" + " ---: |" * 11,
     ]
     for agent, row in summary.items():
         lines.append(
-            f"| {agent} | {row['success_rate']:.0%} | {row['mean_iterations']:.1f} | {row['model_calls']} | "
-            f"{row['prompt_tokens']:,} | {row['tool_schema_tokens']:,} | {row['wasted_tool_calls']} | "
+            f"| {agent} | {row['success_rate']:.0%} | {row['tokens_per_success']:,.0f} | "
+            f"{row['mean_iterations']:.1f} | {row['model_calls']} | {row['prompt_tokens']:,} | "
+            f"{row['completion_tokens']:,} | {row['tool_schema_tokens']:,} | {row['wasted_tool_calls']} | "
             f"{row['over_budget_runs']} | {row['crashes']} | {row['sim_s']:.1f} |"
         )
     return "\n".join(lines)

@@ -20,7 +20,7 @@ from pydantic import PrivateAttr
 
 from reinloop.config import ProtocolName
 from reinloop.eval.tasks import TRANSLATIONS, EvalTask, Step
-from reinloop.memory.tokens import TokenCounter
+from reinloop.memory.tokens import TOKENS_PER_REPLY, TokenCounter
 from reinloop.protocols import OBSERVATION_LABEL, DecisionProtocol, WrittenProtocol, get_protocol, new_call_id
 from reinloop.testing import bind_as_provider
 from reinloop.tools.clock import TimerTool
@@ -30,6 +30,7 @@ __all__ = [
     "FAULT_MODEL",
     "TOOL_TIMEOUT_S",
     "FaultProfile",
+    "Meter",
     "SimulatedClock",
     "SimulatedModel",
     "faulty_tools",
@@ -97,6 +98,30 @@ TOOL_TIMEOUT_S = 0.5
 HANG_LIMIT_S = 600.0
 
 
+class Meter:
+    """Every model call of a run, whatever made it (a decision, a summary, the translate tool), and its
+    tokens: what it was sent (the messages, malformed calls' arguments included, and the tool schemas bound
+    beside them) and what it wrote (the reply's text, calls and malformed calls)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        self.tool_schema_tokens = 0  # the tool schemas' part of prompt_tokens
+
+
+def message_tokens(counter: TokenCounter, messages: Sequence[BaseMessage]) -> int:
+    """`counter`'s count of `messages`, with the malformed calls' names and arguments, which a provider bills
+    but `TokenCounter` leaves out (reinloop never sends one)."""
+    invalid = sum(
+        counter.text(call["name"] or "") + counter.text(call["args"] or "")
+        for message in messages
+        if isinstance(message, AIMessage)
+        for call in message.invalid_tool_calls
+    )
+    return counter.messages(messages) + invalid
+
+
 class SimulatedClock:
     """A run's simulated time: what the model's latency, the timer's waits and slow calls add, in seconds."""
 
@@ -132,8 +157,10 @@ class SimulatedModel(BaseChatModel):
     role: Literal["decide", "summarize"] = "decide"
     # The format it writes its decisions in, and reads its prompt back with: that of the agent's protocol.
     protocol: ProtocolName = "tool_calling"
-    # The run's simulated time (a `SimulatedClock`), shared with its summarizer twin; None: not kept.
+    # The run's simulated time (a `SimulatedClock`) and its model calls (a `Meter`), shared with its summarizer
+    # twin; None: not kept.
     clock: Any = None
+    meter: Any = None
 
     _counter: TokenCounter = PrivateAttr()
     _runaway_drawn: bool = PrivateAttr(default=False)
@@ -177,13 +204,19 @@ class SimulatedModel(BaseChatModel):
             self.decisions += 1
             schemas = self._counter.tools(kwargs.get("tools") or ())
             self.tool_schema_tokens += schemas
-            self.prompt_tokens += self._counter.messages(messages) + schemas
+            self.prompt_tokens += message_tokens(self._counter, messages) + schemas
             if self.protocol == "tool_calling":
                 reply = self._decide(messages)
             else:
                 writer = get_protocol(self.protocol)
                 assert isinstance(writer, WrittenProtocol)  # every protocol but tool_calling writes text
                 reply = written(writer, self._decide(read_back(writer, messages)))
+        if self.meter is not None:
+            schemas = self._counter.tools(kwargs.get("tools") or ())
+            self.meter.calls += 1
+            self.meter.tool_schema_tokens += schemas
+            self.meter.prompt_tokens += message_tokens(self._counter, messages) + schemas
+            self.meter.completion_tokens += message_tokens(self._counter, [reply]) - TOKENS_PER_REPLY
         return ChatResult(generations=[ChatGeneration(message=reply)])
 
     # the decision -------------------------------------------------------------------------------------
@@ -351,7 +384,12 @@ def summarizer_of(model: BaseChatModel) -> BaseChatModel:
     draws from its seeded generator, no decisions counted), or a real model itself."""
     if isinstance(model, SimulatedModel) and model.role == "decide":
         return SimulatedModel(
-            task=model.task, profile=model.profile, seed=model.seed, role="summarize", clock=model.clock
+            task=model.task,
+            profile=model.profile,
+            seed=model.seed,
+            role="summarize",
+            clock=model.clock,
+            meter=model.meter,
         )
     return model
 
