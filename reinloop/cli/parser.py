@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     mark.add_argument("--remove", action="store_true", help="unmark it: prune may delete it again")
     mark.set_defaults(handler=commands.mark)
 
-    evaluation = subcommands.add_parser("eval", help="run the fault-injection benchmark: four agents, 50 tasks")
+    evaluation = subcommands.add_parser("eval", help="run the fault-injection benchmark: five agents, 50 tasks")
     evaluation.add_argument("--fault-rate", type=float, default=0.2, help="model mistakes per decision (0-1)")
     evaluation.add_argument("--tool-fault-rate", type=float, default=0.1, help="tool faults per call (0-1)")
     evaluation.add_argument("--correct-rate", type=float, default=0.7, help="chance the model fixes an error")

@@ -53,7 +53,7 @@ def run_benchmark(
 ) -> Benchmark:
     """The suite's first `tasks` tasks with the simulated model and `profile`'s faults, or, given `model`,
     `base_url` or `local`, with that real model (in `protocol`, else the model's default one) and no injected
-    faults; the report is written to `out`. `presets`: the seed presets too, as rows beside the four agents
+    faults; the report is written to `out`. `presets`: the seed presets too, as rows beside the five agents
     (simulated model only).
 
     `progress(done, total, agent, task)` is called after each run.

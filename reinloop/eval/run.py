@@ -1,4 +1,4 @@
-"""Running the suite: four agents on the same tasks, seeds and tools, and the report they produce."""
+"""Running the suite: five agents on the same tasks, seeds, draws and tools, and the report they produce."""
 
 from __future__ import annotations
 
@@ -143,7 +143,7 @@ class RunRecord:
     wall_s: float  # real seconds, for information: no figure of the summary depends on it
 
 
-# the four agents ------------------------------------------------------------------------------------------
+# the five agents -------------------------------------------------------------------------------------------
 
 
 class Outcome(NamedTuple):
@@ -185,15 +185,14 @@ def _create_agent(middleware: Callable[[BaseChatModel], list[Any]]) -> Runner:
 
         stack = middleware(model)
         agent = create_agent(model, list(tools), middleware=stack)
-        reasks = sum(layer.reasks for layer in stack if isinstance(layer, ReaskAfterMalformedReply))
         # A round visits each node once (the model, the tools, each middleware hook): HARD_CAP rounds.
         limit: RunnableConfig = {**config, "recursion_limit": (len(agent.nodes) - 1) * HARD_CAP + 1}
         try:
             result = agent.invoke({"messages": [HumanMessage(task.prompt)]}, limit)
         except GraphRecursionError:
-            return Outcome(None, "recursion_limit", reasks=reasks)
+            return Outcome(None, "recursion_limit", reasks=_reasks(stack))
         last = result["messages"][-1]
-        reasks = sum(layer.reasks for layer in stack if isinstance(layer, ReaskAfterMalformedReply))
+        reasks = _reasks(stack)
         if isinstance(last, AIMessage) and last.text.startswith(CALL_LIMIT_TEXT):
             return Outcome(None, "call_limit", reasks=reasks)  # the middleware's note that it stopped, not an answer
         if isinstance(last, AIMessage) and not last.tool_calls:
@@ -203,6 +202,11 @@ def _create_agent(middleware: Callable[[BaseChatModel], list[Any]]) -> Runner:
         return Outcome(None, "stopped", reasks=reasks)
 
     return run
+
+
+def _reasks(stack: Sequence[Any]) -> int:
+    """The decisions the re-asking middleware of `stack` asked for again (none without one)."""
+    return sum(layer.reasks for layer in stack if isinstance(layer, ReaskAfterMalformedReply))
 
 
 def _standard_middleware(model: BaseChatModel) -> list[Any]:

@@ -489,14 +489,15 @@ def faulty_tools(
 
     A slow call hangs `profile.slow_s` simulated seconds on `clock`: an agent whose tool timeout `timeout_s`
     is shorter finds it hanging until the clock is released (its run ended), any other waits it out at once.
-    The timer waits on the clock too. `handle_errors`: the tools handle their own errors, as a LangChain tool
-    with `handle_tool_error=True` does: any exception is raised as a `ToolException`, which the tool turns
-    into an error observation.
+    The timer waits on `clock` too, if one is given. `handle_errors`: the tools handle their own errors, as a
+    LangChain tool with `handle_tool_error=True` does: any exception is raised as a `ToolException`, which the
+    tool turns into an error observation.
     """
+    if clock is not None:  # with no clock (a real model's run) the timer waits in real time
+        for tool in tools:
+            if isinstance(tool, TimerTool):
+                tool.sleep = clock.advance
     clock = clock or SimulatedClock()
-    for tool in tools:
-        if isinstance(tool, TimerTool):
-            tool.sleep = clock.advance
 
     def wrap(tool: BaseTool) -> BaseTool:
         def run(**kwargs: Any) -> Any:
