@@ -539,7 +539,7 @@ def test_the_reasking_middleware_asks_again_after_a_reply_of_malformed_calls_onl
     from langchain.agents import create_agent
     from langchain_core.tools import tool
 
-    from reinloop.eval.run import ReaskAfterMalformedReply
+    from reinloop.eval.run import MALFORMED_NOTE, ReaskAfterMalformedReply
     from reinloop.testing import ScriptedChatModel
 
     @tool
@@ -554,9 +554,18 @@ def test_the_reasking_middleware_asks_again_after_a_reply_of_malformed_calls_onl
 
     plain = create_agent(ScriptedChatModel(replies=script()), [add])
     assert plain.invoke({"messages": [HumanMessage("2 + 3?")]})["messages"][-1].invalid_tool_calls  # ends there
-    once = ReaskAfterMalformedReply(retries=1)
+    once = ReaskAfterMalformedReply(retries=1, persist=False)
     ended = create_agent(ScriptedChatModel(replies=script()), [add], middleware=[once])
     assert ended.invoke({"messages": [HumanMessage("2 + 3?")]})["messages"][-1].invalid_tool_calls
+    # persisting: the reply still malformed after the retry stays, with a note, and the model is called again
+    persists = ReaskAfterMalformedReply(retries=1)
+    goes_on = create_agent(ScriptedChatModel(replies=script()), [add], middleware=[persists])
+    messages = goes_on.invoke({"messages": [HumanMessage("2 + 3?")]})["messages"]
+    assert messages[-1].text == "5" and persists.reasks == 1
+    # create_agent answers the kept malformed call with an error tool message of its own, then comes the note
+    kinds = ["HumanMessage", "AIMessage", "ToolMessage", "HumanMessage", "AIMessage"]
+    assert [type(m).__name__ for m in messages] == kinds
+    assert messages[1].invalid_tool_calls and messages[2].status == "error" and messages[3].text == MALFORMED_NOTE
     twice = ReaskAfterMalformedReply(retries=2)
     result = create_agent(ScriptedChatModel(replies=script()), [add], middleware=[twice])
     messages = result.invoke({"messages": [HumanMessage("2 + 3?")]})["messages"]

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from langchain.agents.middleware import AgentMiddleware
+from langchain.agents.middleware import AgentMiddleware, hook_config
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
@@ -233,23 +233,41 @@ def _reasking_middleware(model: BaseChatModel) -> list[Any]:
 
 class ReaskAfterMalformedReply(AgentMiddleware):
     """Asks the model again, up to `retries` times, when its reply holds malformed tool calls and no valid one
-    (a reply that would end create_agent's run); the replies asked again for never reach the state. The ten
-    lines that make create_agent recover as reinloop's parse retry does."""
+    (a reply that would end create_agent's run); the replies asked again for never reach the state: the ten
+    lines that make create_agent recover as reinloop's parse retry does. With `persist`, a reply still
+    malformed after them does not end the run either: it stays, with a note, and the model is called again in
+    a new step (counted by the model call limit), as reinloop goes on to its next round."""
 
-    def __init__(self, retries: int = REASK_RETRIES) -> None:
+    def __init__(self, retries: int = REASK_RETRIES, *, persist: bool = True) -> None:
         super().__init__()
         self.retries = retries
+        self.persist = persist
         self.reasks = 0
 
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         response = handler(request)
         for _ in range(self.retries):
-            reply = next((m for m in reversed(response.result) if isinstance(m, AIMessage)), None)
-            if reply is None or reply.tool_calls or not reply.invalid_tool_calls:
+            if not _only_malformed(next((m for m in reversed(response.result) if isinstance(m, AIMessage)), None)):
                 break
             self.reasks += 1
             response = handler(request)
         return response
+
+    @hook_config(can_jump_to=["model"])
+    def after_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        last = state["messages"][-1] if state["messages"] else None
+        if not self.persist or not _only_malformed(last):
+            return None
+        return {"messages": [HumanMessage(MALFORMED_NOTE)], "jump_to": "model"}
+
+
+# What the persisting re-ask middleware tells the model after a reply still malformed after its retries.
+MALFORMED_NOTE = "Your tool call could not be parsed (malformed JSON arguments). Reply again with a valid call."
+
+
+def _only_malformed(message: BaseMessage | None) -> bool:
+    """Whether `message` is a reply holding malformed tool calls and no valid one."""
+    return isinstance(message, AIMessage) and bool(message.invalid_tool_calls) and not message.tool_calls
 
 
 def _reinloop(settings: dict[str, Any], protocol: Any = None) -> Runner:

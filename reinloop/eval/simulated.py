@@ -206,7 +206,7 @@ class SimulatedModel(BaseChatModel):
             self.tool_schema_tokens += schemas
             self.prompt_tokens += message_tokens(self._counter, messages) + schemas
             if self.protocol == "tool_calling":
-                reply = self._decide(messages)
+                reply = _with_ids(self._decide(messages), self.seed, self.decisions)
             else:
                 writer = get_protocol(self.protocol)
                 assert isinstance(writer, WrittenProtocol)  # every protocol but tool_calling writes text
@@ -392,6 +392,20 @@ def summarizer_of(model: BaseChatModel) -> BaseChatModel:
             meter=model.meter,
         )
     return model
+
+
+def _with_ids(reply: AIMessage, seed: int, index: int) -> AIMessage:
+    """`reply` with call ids drawn from (seed, decision index), in `new_call_id`'s form: an agent may write an
+    id into what it sends next (create_agent's note on a malformed call does), so a random id would make the
+    tokens of a rerun differ."""
+    rng = random.Random(f"{seed}/ids/{index}")
+
+    def fresh() -> str:
+        return f"call_{rng.getrandbits(96):024x}"
+
+    calls = [{**call, "id": fresh()} for call in reply.tool_calls]
+    invalid = [{**call, "id": fresh()} for call in reply.invalid_tool_calls]
+    return reply.model_copy(update={"tool_calls": calls, "invalid_tool_calls": invalid})
 
 
 def _call(name: str, args: dict[str, Any]) -> AIMessage:
