@@ -138,8 +138,10 @@ def test_eval_presets_adds_a_row_per_seed_preset(home):
     assert done.returncode == 0, done.stderr
     report = json.loads((home / "report" / "report.json").read_text())
     rows = list(report["summary"])
-    assert rows[:4] == ["naive loop", "create_agent", "create_agent + middleware", "reinloop"]
-    assert rows[4:] == ["preset seed-000", "preset seed-002", "preset seed-003", "preset seed-004"]
+    assert rows[:5] == [
+        "naive loop", "create_agent", "create_agent + middleware", "create_agent + middleware + re-ask", "reinloop"
+    ]  # fmt: skip
+    assert rows[5:] == ["preset seed-000", "preset seed-002", "preset seed-003", "preset seed-004"]
     assert "| preset seed-004 |" in done.stdout
 
 
@@ -188,12 +190,12 @@ def test_eval_option_mistakes_are_usage_errors(home, args, message):
 
 
 def test_eval_against_a_real_model_server_has_no_injected_faults(server, home):
-    server.replies = [{"tool": "calculator", "args": {"expression": "23 * 19"}}, "The result is 437."] * 4
+    server.replies = [{"tool": "calculator", "args": {"expression": "23 * 19"}}, "The result is 437."] * 5
     done = cli("eval", "--tasks", "1", "--base-url", server.base_url, "--out", "real", home=home)
     assert done.returncode == 0, done.stderr
     report = json.loads((home / "real" / "report.json").read_text())
     assert report["settings"]["fault_rate"] == 0.0
-    assert [run["success"] for run in report["runs"]] == [True] * 4
+    assert [run["success"] for run in report["runs"]] == [True] * 5
     assert all(run["model_calls"] == 2 for run in report["runs"])
 
 

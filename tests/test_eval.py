@@ -1,9 +1,11 @@
 """The evaluation: its tasks are solvable, its runs repeat exactly per seed, reinloop keeps its budgets."""
 
 import json
+import tempfile
+from pathlib import Path
 
 import pytest
-from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
 from reinloop import AgentConfig
 from reinloop.eval import AGENTS, BUDGET, SUITE, FaultProfile, evaluate_suite, write_report
@@ -13,6 +15,7 @@ NO_FAULTS = FaultProfile(fault_rate=0.0, tool_fault_rate=0.0)
 
 
 def without_time(records):
+    """The records without the real time they took, the one figure that may differ between reruns."""
     return [{**vars(record), "wall_s": None} for record in records]
 
 
@@ -37,7 +40,7 @@ def test_a_wrong_answer_fails_the_check(tmp_path):
 
 
 def test_a_run_is_the_same_every_time_for_a_seed():
-    profile = FaultProfile(fault_rate=0.5, tool_fault_rate=0.3, slow_s=0.4)  # timeout 0.1 s: far from either
+    profile = FaultProfile(fault_rate=0.5, tool_fault_rate=0.3)  # slow calls outlast reinloop's timeout
     first = evaluate_suite(profile=profile, seed=7, tasks=12)
     again = evaluate_suite(profile=profile, seed=7, tasks=12)
     other = evaluate_suite(profile=profile, seed=8, tasks=12)
@@ -47,7 +50,7 @@ def test_a_run_is_the_same_every_time_for_a_seed():
 
 @pytest.mark.parametrize("fault_rate", [0.3, 0.8], ids=["some-faults", "mostly-faults"])
 def test_reinloop_never_crashes_and_never_exceeds_its_budget(fault_rate):
-    profile = FaultProfile(fault_rate=fault_rate, correct_rate=0.3, tool_fault_rate=0.3, slow_s=0.05)
+    profile = FaultProfile(fault_rate=fault_rate, correct_rate=0.3, tool_fault_rate=0.3)
     records = evaluate_suite(profile=profile, seed=1, agents=("reinloop",))
     assert not [record for record in records if record.crashed]
     # rounds hold the budget; an unreadable reply is asked for again within its round (max_parse_retries)
@@ -63,6 +66,7 @@ def test_a_runaway_is_recorded_over_budget_for_the_agents_the_evaluation_must_st
         "naive loop": "cap",
         "create_agent": "recursion_limit",
         "create_agent + middleware": "call_limit",  # its model call limit ends the run with a note, no answer
+        "create_agent + middleware + re-ask": "call_limit",
         "reinloop": "max_iterations",
     }
     assert not any(record.crashed for record in records.values())
@@ -70,6 +74,7 @@ def test_a_runaway_is_recorded_over_budget_for_the_agents_the_evaluation_must_st
         "naive loop": True,
         "create_agent": True,
         "create_agent + middleware": False,
+        "create_agent + middleware + re-ask": False,
         "reinloop": False,
     }
     assert records["create_agent"].rounds > BUDGET >= records["reinloop"].rounds
@@ -84,15 +89,17 @@ def test_wasted_tool_calls_are_executions_but_the_successful_ones_up_to_the_plan
     assert (stats.wasted(1), stats.wasted(3), stats.wasted(4)) == (4, 2, 2)
 
 
-def test_the_report_shows_all_four_agents(tmp_path):
-    profile = FaultProfile(slow_s=0.05)
+def test_the_report_shows_every_agent_and_each_paired_with_reinloop(tmp_path):
+    profile = FaultProfile()
     records = evaluate_suite(profile=profile, seed=0, tasks=5)
     summary = write_report(records, profile, 0, tmp_path)
     assert list(summary) == list(AGENTS)
     text = (tmp_path / "report.md").read_text()
     assert all(f"| {agent} |" in text for agent in AGENTS) and "## Fault model" in text
     data = json.loads((tmp_path / "report.json").read_text())
-    assert data["settings"]["seed"] == 0 and len(data["runs"]) == 20
+    assert data["settings"]["seed"] == 0 and len(data["runs"]) == 5 * len(AGENTS)
+    assert list(data["paired"]) == [agent for agent in AGENTS if agent != "reinloop"]
+    assert "## Paired with reinloop" in text and all(f"| {agent} | 5 |" in text for agent in data["paired"])
     assert (tmp_path / "report.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -204,25 +211,108 @@ def test_a_stubborn_model_repeats_a_successful_call_until_it_corrects_itself(cor
         assert calls[-1][0] == "calculator"
 
 
-@pytest.mark.parametrize("note", [None, "Your last 3 attempts failed: ... Take a different approach.", "fix it"])
-def test_a_note_after_a_failed_observation_does_not_change_how_the_simulated_model_reacts(note):
+# the fault and recovery model: one contract for every agent ------------------------------------------------
+
+NOTE = "Your last attempts failed: ... Take a different approach."
+NOTE_KINDS = {
+    "none": lambda: [],
+    "human": lambda: [HumanMessage(NOTE)],
+    "system": lambda: [SystemMessage(NOTE)],
+    "ai": lambda: [AIMessage(NOTE)],
+}
+BOGUS = {"bogus": 1}  # not the plan's arguments
+REPEATED_CALL = ("call", SUITE[0].plan[0].tool, json.dumps(BOGUS))
+
+
+def failed_call(task, result="Error: boom", status="error"):
+    call = {"name": task.plan[0].tool, "args": BOGUS, "id": "c1", "type": "tool_call"}
+    return [
+        HumanMessage(task.prompt),
+        AIMessage("", tool_calls=[call]),
+        ToolMessage(result, tool_call_id="c1", status=status),
+    ]
+
+
+def malformed_reply(task):
+    bad = {"type": "invalid_tool_call", "id": "m1", "name": task.plan[0].tool, "args": '{"expr', "error": None}
+    return [HumanMessage(task.prompt), AIMessage("", invalid_tool_calls=[bad])]
+
+
+def model_for(task, correct_rate, **faults):
+    from reinloop.eval.simulated import SimulatedModel
+
+    profile = FaultProfile(fault_rate=0.0, tool_fault_rate=0.0, correct_rate=correct_rate, **faults)
+    return SimulatedModel(task=task, profile=profile, seed=11)
+
+
+def plan_step(task):
+    return ("call", task.plan[0].tool, json.dumps(task.plan[0].args, sort_keys=True))
+
+
+@pytest.mark.parametrize("kind", list(NOTE_KINDS))
+@pytest.mark.parametrize(
+    "outcome, repeated",
+    [
+        (failed_call, ("call", SUITE[0].plan[0].tool, json.dumps(BOGUS))),
+        (
+            lambda task: failed_call(task, result="", status="success"),
+            ("call", SUITE[0].plan[0].tool, json.dumps(BOGUS)),
+        ),
+        (malformed_reply, ("malformed", SUITE[0].plan[0].tool)),
+        (
+            lambda task: [
+                *malformed_reply(task),
+                ToolMessage("Error: invalid call", tool_call_id="m1", status="error"),
+            ],
+            ("malformed", SUITE[0].plan[0].tool),
+        ),
+    ],
+    ids=["error-observation", "empty-result", "malformed-kept", "malformed-answered-by-a-tool-note"],
+)
+def test_the_model_reacts_to_its_last_actions_failure_the_same_whatever_message_kind_carries_a_note(
+    outcome, repeated, kind
+):
+    task = SUITE[0]
+    sent = outcome(task) + NOTE_KINDS[kind]()
+    assert signature(model_for(task, correct_rate=0.0).invoke(sent)) == repeated  # repeats the failed action
+    assert signature(model_for(task, correct_rate=1.0).invoke(sent)) == plan_step(task)  # corrects itself
+
+
+def first_decision_malformed_seed(task):
+    from reinloop.eval.simulated import decision_draws
+
+    # the first decision's faults are malformed, bad_args and unknown_tool: malformed is the first third
+    return next(seed for seed in range(1000) if decision_draws(seed, 1).which < 1 / 3)
+
+
+@pytest.mark.parametrize("kind", list(NOTE_KINDS))
+@pytest.mark.parametrize("correct_rate", [0.0, 1.0])
+def test_a_reask_after_a_dropped_malformed_reply_is_gated_by_the_correct_rate(kind, correct_rate):
     from reinloop.eval.simulated import SimulatedModel
 
     task = SUITE[0]
+    model = SimulatedModel(task=task, profile=FaultProfile(fault_rate=1.0), seed=first_decision_malformed_seed(task))
+    first = model.invoke([HumanMessage(task.prompt)])
+    assert signature(first) == ("malformed", task.plan[0].tool)
+    # the agent drops the reply and asks again, with or without a note: the draw is not a fresh one
+    model.profile = FaultProfile(fault_rate=0.0, correct_rate=correct_rate)
+    again = model.invoke([HumanMessage(task.prompt), *NOTE_KINDS[kind]()])
+    kept = model_for(task, correct_rate).invoke(malformed_reply(task) + NOTE_KINDS[kind]())
+    assert signature(again) == signature(kept)  # dropped or kept, the same reaction
+    assert signature(again) == (("malformed", task.plan[0].tool) if correct_rate == 0.0 else plan_step(task))
+
+
+@pytest.mark.parametrize("kind", list(NOTE_KINDS))
+def test_a_success_followed_by_a_note_of_any_kind_is_still_a_success(kind):
+    task = task_named("search-calc-01")  # web_search, then calculator
     step = task.plan[0]
-    call = {"name": step.tool, "args": {"bogus": 1}, "id": "c1", "type": "tool_call"}  # not the plan's step
-    failed = [
-        HumanMessage(task.prompt),
-        AIMessage("", tool_calls=[call]),
-        ToolMessage("Error: boom", tool_call_id="c1", status="error"),
-    ]
-    sent = failed + ([HumanMessage(note)] if note else [])
-    # never corrects itself: after a failed observation it repeats the failed call, whatever follows it
-    model = SimulatedModel(task=task, profile=FaultProfile(fault_rate=0.0, tool_fault_rate=0.0, correct_rate=0.0))
-    reply = model.invoke(sent)
-    assert [(c["name"], c["args"]) for c in reply.tool_calls] == [(step.tool, {"bogus": 1})]
-    corrects = SimulatedModel(task=task, profile=FaultProfile(fault_rate=0.0, tool_fault_rate=0.0, correct_rate=1.0))
-    assert corrects.invoke(sent).tool_calls[0]["args"] == step.args  # the plan's step: corrected
+    call = {"name": step.tool, "args": step.args, "id": "s1", "type": "tool_call"}
+    sent = [HumanMessage(task.prompt), AIMessage("", tool_calls=[call]), ToolMessage("found it", tool_call_id="s1")]
+    sent += NOTE_KINDS[kind]()
+    moves_on = model_for(task, correct_rate=0.0).invoke(sent)
+    assert moves_on.tool_calls[0]["name"] == task.plan[1].tool
+    stubborn = model_for(task, correct_rate=0.0, stubborn_rate=1.0).invoke(sent)  # a success starts a loop
+    assert signature(stubborn) == ("call", step.tool, json.dumps(step.args, sort_keys=True))
 
 
 def test_the_fault_wrappers_keep_each_tools_policy_but_run_in_this_process(tmp_path):
@@ -306,6 +396,7 @@ def test_a_real_models_prompt_tokens_count_the_tools_bound_to_it():
     tokens = TokenCounter()
     assert counter.calls == 2 and counter.tool_schema_tokens == tokens.tools([convert_to_openai_tool(add)]) > 0
     assert counter.prompt_tokens == 2 * tokens.messages(messages) + counter.tool_schema_tokens
+    assert counter.completion_tokens == 2 * tokens.message(AIMessage("5")) > 0  # what it wrote, twice
 
 
 @pytest.mark.parametrize(
@@ -324,3 +415,277 @@ def test_a_real_models_prompt_tokens_count_the_tools_bound_to_it():
 )
 def test_an_answer_states_a_number_only_as_a_whole_number(answer, expect, states):
     assert holds(answer, expect) is states
+
+
+# shared draws and the paired comparison -------------------------------------------------------------------
+
+
+def signature(reply):
+    """A reply without its random call ids: what the model decided."""
+    if reply.invalid_tool_calls:
+        return ("malformed", reply.invalid_tool_calls[0]["name"])
+    if reply.tool_calls:
+        return ("call", reply.tool_calls[0]["name"], json.dumps(reply.tool_calls[0]["args"], sort_keys=True))
+    return ("answer", reply.text)
+
+
+def test_every_agent_meets_the_same_fault_at_its_first_decision(monkeypatch):
+    from reinloop.eval.simulated import SimulatedModel
+
+    decide, log, firsts = SimulatedModel._decide, [], {}
+
+    def recording(self, messages):
+        reply = decide(self, messages)
+        log.append((self.decisions, signature(reply)))
+        return reply
+
+    def after_run(agent, task):
+        firsts.setdefault(task, {})[agent] = next(sig for index, sig in log if index == 1)
+        log.clear()
+
+    monkeypatch.setattr(SimulatedModel, "_decide", recording)
+    evaluate_suite(profile=FaultProfile(fault_rate=0.6, tool_fault_rate=0.0), seed=5, tasks=12, progress=after_run)
+    assert all(len(set(by_agent.values())) == 1 for by_agent in firsts.values()), firsts
+    plan = {task.id: ("call", task.plan[0].tool, json.dumps(task.plan[0].args, sort_keys=True)) for task in SUITE}
+    faulty = [task for task, by_agent in firsts.items() if by_agent["reinloop"] != plan[task]]
+    assert 0 < len(faulty) < len(firsts)  # faults were drawn, the same for every agent, not at every task
+
+
+def test_the_nth_tool_call_meets_the_same_tool_fault_whichever_tool_an_agent_calls(tmp_path):
+    from langchain_core.tools import ToolException
+
+    from reinloop.eval.simulated import ToolStats, faulty_tools
+    from reinloop.tools.toolset import default_toolset
+
+    profile = FaultProfile(tool_fault_rate=0.5, slow_s=0.0)
+    calls = {"calculator": {"expression": "1 + 1"}, "web_search": {"query": "speed of light", "max_results": 1}}
+
+    def outcomes(order, handle_errors):
+        tools = faulty_tools(default_toolset(tmp_path), profile, 1234, ToolStats(), handle_errors=handle_errors)
+        by_name, seen = {tool.name: tool for tool in tools}, []
+        for name in order:
+            try:
+                result = by_name[name].invoke(calls[name])
+            except (ConnectionError, ToolException):
+                seen.append("raised")
+            else:
+                seen.append("error" if str(result).startswith("Error") else "empty" if result == "" else "result")
+        return seen
+
+    alone = outcomes(["calculator"] * 16, handle_errors=False)
+    mixed = outcomes(["web_search", "calculator"] * 8, handle_errors=False)
+    handled = outcomes(["calculator"] * 16, handle_errors=True)
+    assert alone == mixed and {"raised", "empty", "result"} <= set(alone)
+    # a tool that handles its errors meets the same faults, and answers an exception with an error observation
+    assert handled == ["error" if seen == "raised" else seen for seen in alone]
+
+
+def record(agent, task, seed, success):
+    from dataclasses import fields
+
+    from reinloop.eval.run import RunRecord
+
+    blank = {field.name: "" if field.type == "str" else 0 for field in fields(RunRecord)}  # every other figure nil
+    return RunRecord(**{**blank, "agent": agent, "task": task, "seed": seed, "success": success})
+
+
+def test_the_paired_comparison_counts_only_shared_runs_and_bounds_the_difference():
+    from reinloop.eval.run import paired, paired_all
+
+    records = []
+    for number in range(40):  # reinloop solves 30, the peer 20: 12 only reinloop, 2 only the peer
+        records.append(record("reinloop", f"t{number}", 0, number < 30))
+        records.append(record("peer", f"t{number}", 0, number < 18 or number in (35, 36)))
+    records.append(record("peer", "t99", 0, True))  # not run by reinloop: no pair
+    result = paired(records, "peer")
+    assert (result["pairs"], result["wins"], result["losses"]) == (40, 12, 2)
+    assert result["difference"] == pytest.approx(10 / 40)
+    assert 0 < result["low"] < result["difference"] < result["high"] < 0.5
+    assert paired(records, "peer") == result  # a seeded bootstrap: the same interval every time
+    same = paired([*records[::2], *(record("twin", r.task, 0, r.success) for r in records[::2])], "twin")
+    assert (same["wins"], same["losses"], same["low"], same["high"]) == (0, 0, 0.0, 0.0)
+    # a few discordant pairs either way: the interval straddles zero
+    close = [record("reinloop", f"t{n}", 0, n in (0, 1, 2)) for n in range(10)]
+    close += [record("peer", f"t{n}", 0, n in (0, 3)) for n in range(10)]
+    result = paired(close, "peer")
+    assert (result["wins"], result["losses"]) == (2, 1) and result["low"] < 0 < result["high"]
+    assert list(paired_all(close)) == ["peer"] and paired_all([r for r in close if r.agent == "peer"]) == {}
+
+
+def test_tuning_and_reporting_seeds_are_apart_and_the_defaults_report():
+    from reinloop.cli.parser import build_parser
+    from reinloop.eval import GridSpec
+    from reinloop.eval.run import REPORTING_SEEDS, TUNING_SEEDS
+
+    assert set(TUNING_SEEDS) == set(range(9)) and not set(TUNING_SEEDS) & set(REPORTING_SEEDS)
+    assert GridSpec().seeds == REPORTING_SEEDS
+    args = build_parser().parse_args(["eval"])
+    assert args.seed in REPORTING_SEEDS and tuple(args.seeds) == REPORTING_SEEDS
+
+
+# the peers ------------------------------------------------------------------------------------------------
+
+
+def test_the_plain_create_agent_meets_a_tool_exception_as_an_error_observation_not_a_crash():
+    profile = FaultProfile(fault_rate=0.0, tool_fault_rate=0.5, slow_s=0.0)
+    records = evaluate_suite(profile=profile, seed=2, tasks=12, agents=("naive loop", "create_agent"))
+    crashes = {
+        agent: [r.task for r in records if r.agent == agent and r.crashed] for agent in ("naive loop", "create_agent")
+    }
+    assert crashes["naive loop"] and not crashes["create_agent"]  # the same tool faults: the naive loop crashes
+
+
+def test_the_reasking_middleware_asks_again_after_a_reply_of_malformed_calls_only():
+    from langchain.agents import create_agent
+    from langchain_core.tools import tool
+
+    from reinloop.eval.run import MALFORMED_NOTE, ReaskAfterMalformedReply
+    from reinloop.testing import ScriptedChatModel
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    bad = {"type": "invalid_tool_call", "id": "x", "name": "add", "args": '{"a": 2', "error": None}
+
+    def script():
+        return [AIMessage("", invalid_tool_calls=[bad]), AIMessage("", invalid_tool_calls=[bad]), "5"]
+
+    plain = create_agent(ScriptedChatModel(replies=script()), [add])
+    assert plain.invoke({"messages": [HumanMessage("2 + 3?")]})["messages"][-1].invalid_tool_calls  # ends there
+    once = ReaskAfterMalformedReply(retries=1, persist=False)
+    ended = create_agent(ScriptedChatModel(replies=script()), [add], middleware=[once])
+    assert ended.invoke({"messages": [HumanMessage("2 + 3?")]})["messages"][-1].invalid_tool_calls
+    # persisting: the reply still malformed after the retry stays, with a note, and the model is called again
+    persists = ReaskAfterMalformedReply(retries=1)
+    goes_on = create_agent(ScriptedChatModel(replies=script()), [add], middleware=[persists])
+    messages = goes_on.invoke({"messages": [HumanMessage("2 + 3?")]})["messages"]
+    assert messages[-1].text == "5" and persists.reasks == 1
+    # create_agent answers the kept malformed call with an error tool message of its own, then comes the note
+    kinds = ["HumanMessage", "AIMessage", "ToolMessage", "HumanMessage", "AIMessage"]
+    assert [type(m).__name__ for m in messages] == kinds
+    assert messages[1].invalid_tool_calls and messages[2].status == "error" and messages[3].text == MALFORMED_NOTE
+    twice = ReaskAfterMalformedReply(retries=2)
+    result = create_agent(ScriptedChatModel(replies=script()), [add], middleware=[twice])
+    messages = result.invoke({"messages": [HumanMessage("2 + 3?")]})["messages"]
+    assert messages[-1].text == "5" and twice.reasks == 2
+    assert not any(getattr(m, "invalid_tool_calls", None) for m in messages)  # the dropped replies never reach it
+
+
+# simulated time -------------------------------------------------------------------------------------------
+
+
+def test_a_rerun_of_a_point_gives_the_same_figures_for_every_agent_slow_calls_and_timeouts_included():
+    from reinloop.eval import summarize_runs
+    from reinloop.eval.simulated import TOOL_TIMEOUT_S
+
+    profile = FaultProfile(fault_rate=0.3, correct_rate=0.5, tool_fault_rate=0.6)
+    assert profile.slow_s > TOOL_TIMEOUT_S  # reinloop's timeout gives up on a slow call, the others wait
+    first = evaluate_suite(profile=profile, seed=101, tasks=8)
+    again = evaluate_suite(profile=profile, seed=101, tasks=8)
+    assert without_time(first) == without_time(again)
+    assert summarize_runs(first) == summarize_runs(again)  # every figure of the summary, for every agent
+    waited = {agent: sum(r.sim_s for r in first if r.agent == agent) for agent in AGENTS}
+    # slow calls happened: the peers waited them out (slow_s each), reinloop stopped at its timeout
+    peer = "create_agent + middleware"
+    assert waited["reinloop"] > 0 and waited[peer] > 0
+    assert waited["reinloop"] / TOOL_TIMEOUT_S == pytest.approx(round(waited["reinloop"] / TOOL_TIMEOUT_S))
+    assert waited[peer] / profile.slow_s == pytest.approx(round(waited[peer] / profile.slow_s))
+
+
+def test_the_timer_and_the_models_latency_advance_simulated_time_without_sleeping():
+    import time
+
+    profile = FaultProfile(fault_rate=0.0, tool_fault_rate=0.0, latency_s=30.0)
+    start = time.perf_counter()
+    records = evaluate_suite(profile=profile, tasks=1, agents=("reinloop", "create_agent"))  # calc-01
+    timer = [task for task in SUITE if task.id == "timer-01"]
+    assert time.perf_counter() - start < 30
+    for record in records:  # two decisions: the call and the answer, 30 simulated seconds each
+        assert record.success and record.sim_s == 60.0
+    from reinloop.eval.run import run_task
+
+    waited = run_task(
+        "reinloop", timer[0], FaultProfile(fault_rate=0.0, tool_fault_rate=0.0), 0, Path(tempfile.mkdtemp())
+    )
+    assert waited.success and waited.sim_s == pytest.approx(0.1)
+
+
+def test_a_slow_call_hangs_until_its_run_ends_for_an_agent_with_a_shorter_timeout_and_not_at_all_for_others(tmp_path):
+    import threading
+
+    from reinloop.eval.simulated import TOOL_TIMEOUT_S, SimulatedClock, ToolStats, _tool_fault, faulty_tools
+    from reinloop.tools.toolset import default_toolset
+
+    profile = FaultProfile(tool_fault_rate=1.0)
+    seed = next(seed for seed in range(1000) if _tool_fault(profile, seed, 0) == "slow")
+    args = {"expression": "2 + 2"}
+
+    def calculator(clock, timeout_s):
+        tools = faulty_tools(default_toolset(tmp_path), profile, seed, ToolStats(), clock=clock, timeout_s=timeout_s)
+        return next(tool for tool in tools if tool.name == "calculator")
+
+    waits = SimulatedClock()
+    assert calculator(waits, None).invoke(args) == "4" and waits.seconds == profile.slow_s  # at once, no sleep
+    gives_up = SimulatedClock()
+    results = []
+    call = threading.Thread(target=lambda: results.append(calculator(gives_up, TOOL_TIMEOUT_S).invoke(args)))
+    call.start()
+    call.join(3 * TOOL_TIMEOUT_S)
+    assert call.is_alive() and results == []  # hangs past any timeout the agent has
+    gives_up.released.set()  # the run ended
+    call.join(5)
+    assert results == ["4"] and gives_up.seconds == TOOL_TIMEOUT_S
+
+
+# cost -----------------------------------------------------------------------------------------------------
+
+
+def test_every_model_call_of_a_run_is_metered_summaries_and_translations_included_with_its_completion():
+    from reinloop.eval.simulated import Meter, SimulatedModel, message_tokens, summarizer_of
+    from reinloop.memory.tokens import TOKENS_PER_REPLY, TokenCounter
+
+    task = task_named("translate-01")
+    meter = Meter()
+    model = SimulatedModel(task=task, profile=NO_FAULTS, meter=meter)
+    counter = TokenCounter()
+    decision = model.invoke([HumanMessage(task.prompt)])
+    summary = summarizer_of(model).invoke([HumanMessage("- step one")])
+    asked = [HumanMessage("You are a professional translator. Translate into French."), HumanMessage("good morning")]
+    translation = model.invoke(asked)
+    assert translation.text == "Bonjour" and summary.text.startswith("Summary:")
+    assert meter.calls == 3 and model.decisions == 1  # a summary and a translation are model calls, not decisions
+    written = sum(message_tokens(counter, [reply]) - TOKENS_PER_REPLY for reply in (decision, summary, translation))
+    assert meter.completion_tokens == written > 0
+    assert meter.prompt_tokens > model.prompt_tokens  # the decisions' part is what the model alone counted
+
+
+def test_a_malformed_calls_arguments_are_tokens_both_written_and_sent_again():
+    from reinloop.eval.simulated import message_tokens
+    from reinloop.memory.tokens import TokenCounter
+
+    counter = TokenCounter()
+    args = '{"expression": "1 + 1 + 1'
+    bad = {"type": "invalid_tool_call", "id": "m1", "name": "calculator", "args": args, "error": None}
+    malformed, empty = AIMessage("", invalid_tool_calls=[bad]), AIMessage("")
+    extra = counter.text("calculator") + counter.text(bad["args"])
+    assert message_tokens(counter, [malformed]) == message_tokens(counter, [empty]) + extra
+    assert counter.messages([malformed]) == counter.messages([empty])  # what reinloop's own counter leaves out
+
+
+def test_rounds_leave_out_re_asks_alike_and_model_calls_cover_every_decision():
+    from reinloop.eval import summarize_runs
+    from reinloop.eval.run import REASKING
+
+    records = evaluate_suite(profile=FaultProfile(fault_rate=0.6, correct_rate=0.3), seed=100, tasks=10)
+    for record in records:
+        assert record.model_calls >= record.decisions and record.completion_tokens > 0
+        if record.agent not in (REASKING, "reinloop"):
+            assert record.rounds == record.decisions  # no re-ask: every decision is a round
+    assert any(r.rounds < r.decisions for r in records if r.agent == REASKING)
+    assert any(r.rounds < r.decisions for r in records if r.agent == "reinloop")
+    for agent, row in summarize_runs(records).items():
+        runs = [r for r in records if r.agent == agent]
+        tokens = sum(r.prompt_tokens + r.completion_tokens for r in runs)
+        assert row["tokens_per_success"] == pytest.approx(tokens / max(1, row["successes"]), abs=0.1)

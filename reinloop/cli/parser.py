@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from reinloop.cli import commands
+from reinloop.eval.run import REPORTING_SEEDS
 from reinloop.presets import PRESETS, canonical_name
 from reinloop.protocols import PROTOCOLS
 
@@ -73,12 +74,14 @@ def build_parser() -> argparse.ArgumentParser:
     mark.add_argument("--remove", action="store_true", help="unmark it: prune may delete it again")
     mark.set_defaults(handler=commands.mark)
 
-    evaluation = subcommands.add_parser("eval", help="run the fault-injection benchmark: four agents, 50 tasks")
+    evaluation = subcommands.add_parser("eval", help="run the fault-injection benchmark: five agents, 50 tasks")
     evaluation.add_argument("--fault-rate", type=float, default=0.2, help="model mistakes per decision (0-1)")
     evaluation.add_argument("--tool-fault-rate", type=float, default=0.1, help="tool faults per call (0-1)")
     evaluation.add_argument("--correct-rate", type=float, default=0.7, help="chance the model fixes an error")
     evaluation.add_argument("--latency", type=float, default=0.0, help="simulated model latency per call (s)")
-    evaluation.add_argument("--seed", type=int, default=0)
+    evaluation.add_argument(
+        "--seed", type=int, default=REPORTING_SEEDS[0], help=f"default: {REPORTING_SEEDS[0]} (a reporting seed)"
+    )
     evaluation.add_argument("--tasks", type=int, default=50, help="how many of the 50 tasks")
     evaluation.add_argument("--out", type=Path, default=Path("reinloop-eval"), help="folder for the report")
     evaluation.add_argument("--model", help="evaluate a real model instead of the simulated one (no faults)")
@@ -119,7 +122,8 @@ def _grid_options(evaluation: argparse.ArgumentParser) -> None:
                       help="default: 0.1 0.3 0.5")  # fmt: skip
     grid.add_argument("--correct-rates", type=float, nargs="+", default=[0.3, 0.7], metavar="R",
                       help="default: 0.3 0.7")  # fmt: skip
-    grid.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], metavar="N", help="default: 0 1 2")
+    grid.add_argument("--seeds", type=int, nargs="+", default=list(REPORTING_SEEDS), metavar="N",
+                      help=f"default: {' '.join(map(str, REPORTING_SEEDS))} (the reporting seeds)")  # fmt: skip
     grid.add_argument("--workers", type=int, default=1, help="processes to run the grid in (default: 1)")
 
 

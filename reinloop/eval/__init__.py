@@ -1,4 +1,4 @@
-"""The evaluation suite: 50 tasks, a simulated model with seeded faults, four agents side by side, and the
+"""The evaluation suite: 50 tasks, a simulated model with seeded faults shared by five agents, and the
 fault grid over fault rates, correct rates and seeds."""
 
 from reinloop.eval.benchmark import Benchmark, run_benchmark

@@ -9,7 +9,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from reinloop.eval.run import AGENTS, PRESET_AGENTS, evaluate_suite, markdown_table, write_report
+from reinloop.eval.run import (
+    AGENTS,
+    PRESET_AGENTS,
+    REPORTING_SEEDS,
+    evaluate_suite,
+    markdown_paired,
+    markdown_table,
+    paired_all,
+    write_report,
+)
 from reinloop.eval.simulated import FaultProfile
 
 __all__ = ["REPORT_FILES", "Benchmark", "run_benchmark"]
@@ -32,7 +41,7 @@ class Benchmark:
 def run_benchmark(
     profile: FaultProfile,
     *,
-    seed: int = 0,
+    seed: int = REPORTING_SEEDS[0],
     tasks: int,
     out: Path,
     model: str | None = None,
@@ -44,7 +53,7 @@ def run_benchmark(
 ) -> Benchmark:
     """The suite's first `tasks` tasks with the simulated model and `profile`'s faults, or, given `model`,
     `base_url` or `local`, with that real model (in `protocol`, else the model's default one) and no injected
-    faults; the report is written to `out`. `presets`: the seed presets too, as rows beside the four agents
+    faults; the report is written to `out`. `presets`: the seed presets too, as rows beside the five agents
     (simulated model only).
 
     `progress(done, total, agent, task)` is called after each run.
@@ -70,4 +79,6 @@ def run_benchmark(
         records = evaluate_suite(profile=profile, seed=seed, tasks=tasks, agents=agents, progress=advance, real=real)
     summary = write_report(records, profile, seed, out)
     files = [out / name for name in REPORT_FILES if (out / name).exists()]
-    return Benchmark(summary, markdown_table(summary), files, chart=(out / Benchmark.CHART).exists())
+    comparisons = paired_all(records)
+    table = markdown_table(summary) + (f"\n\n{markdown_paired(comparisons)}" if comparisons else "")
+    return Benchmark(summary, table, files, chart=(out / Benchmark.CHART).exists())

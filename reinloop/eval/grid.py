@@ -13,18 +13,32 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, ClassVar
 
-from reinloop.eval.run import AGENTS, BUDGET, METRICS, RunRecord, evaluate_suite, pyplot, save_chart, summarize_runs
+from reinloop.eval.run import (
+    AGENTS,
+    BUDGET,
+    METRICS,
+    REASKING,
+    REPORTING_SEEDS,
+    RunRecord,
+    evaluate_suite,
+    paired_all,
+    pyplot,
+    save_chart,
+    summarize_runs,
+    tokens_per_success,
+)
 from reinloop.eval.simulated import FAULT_MODEL, FaultProfile
 from reinloop.eval.tasks import SUITE
 
 __all__ = ["GRID_FILES", "Grid", "GridSpec", "run_grid"]
 
 GRID_FILES = ("grid.md", "grid.json", "grid.png")
-REFERENCE = "create_agent + middleware"  # whose prompt tokens reinloop's are compared with
+REFERENCE = REASKING  # whose tokens reinloop's are compared with: the peer that recovers as reinloop does
 PEERS = tuple(agent for agent in AGENTS if agent != "reinloop")
 # Summed over a point's seeds; the rest of an agent's summary is averaged over them.
 COUNTS = (
-    "runs", "model_calls", "prompt_tokens", "tool_schema_tokens", "wasted_tool_calls", "over_budget_runs", "crashes"
+    "runs", "successes", "model_calls", "prompt_tokens", "completion_tokens", "tool_schema_tokens", "wasted_tool_calls",
+    "over_budget_runs", "crashes", "sim_s",
 )  # fmt: skip
 
 
@@ -35,7 +49,7 @@ class GridSpec:
 
     fault_rates: tuple[float, ...] = (0.1, 0.3, 0.5)
     correct_rates: tuple[float, ...] = (0.3, 0.7)
-    seeds: tuple[int, ...] = (0, 1, 2)
+    seeds: tuple[int, ...] = REPORTING_SEEDS
     tasks: int = len(SUITE)
     base: FaultProfile = field(default_factory=FaultProfile)
 
@@ -123,7 +137,9 @@ def _point(
     spec: GridSpec, fault: float, correct: float, results: dict[tuple[float, float, int], list[RunRecord]]
 ) -> dict[str, Any]:
     """A point's aggregate over its seeds: per agent, the mean success and its spread (min-max across the
-    seeds), the counts summed over the seeds; then reinloop against the best peer and the middleware agent."""
+    seeds), the counts summed over the seeds, the tokens per successful run over all its runs; then reinloop
+    against the best peer, its tokens per successful run against the reference peer's (REFERENCE),
+    and reinloop paired with each peer over the point's runs."""
     per_seed = {seed: summarize_runs(results[(fault, correct, seed)]) for seed in spec.seeds}
     agents = {agent: _over_seeds([per_seed[seed][agent] for seed in spec.seeds]) for agent in AGENTS}
     best = max(PEERS, key=lambda agent: agents[agent]["success_rate"])
@@ -133,14 +149,17 @@ def _point(
         "agents": agents,
         "best_peer": best,
         "reinloop_minus_best_peer": agents["reinloop"]["success_rate"] - agents[best]["success_rate"],
-        "prompt_tokens_vs_middleware": _ratio(agents, lambda row: row["prompt_tokens"]),
-        "message_tokens_vs_middleware": _ratio(agents, lambda row: row["prompt_tokens"] - row["tool_schema_tokens"]),
+        "reference": REFERENCE,
+        "tokens_per_success_vs_reference": _ratio(agents, lambda row: row["tokens_per_success"]),
+        "message_tokens_vs_reference": _ratio(agents, lambda row: row["prompt_tokens"] - row["tool_schema_tokens"]),
+        # each peer paired with reinloop over the point's runs (task x seed), with a 95% interval
+        "paired": paired_all([record for seed in spec.seeds for record in results[(fault, correct, seed)]]),
         "seeds": {str(seed): per_seed[seed] for seed in spec.seeds},
     }
 
 
 def _ratio(agents: dict[str, dict[str, float]], tokens: Callable[[dict[str, float]], float]) -> float:
-    """reinloop's tokens relative to the middleware agent's, as `tokens` counts them."""
+    """reinloop's tokens relative to the reference peer's, as `tokens` counts them."""
     return tokens(agents["reinloop"]) / max(1, tokens(agents[REFERENCE]))
 
 
@@ -148,6 +167,7 @@ def _over_seeds(summaries: Sequence[dict[str, float]]) -> dict[str, float]:
     rates = [summary["success_rate"] for summary in summaries]
     row = {key: sum(summary[key] for summary in summaries) for key in COUNTS}
     row["mean_iterations"] = statistics.mean(summary["mean_iterations"] for summary in summaries)
+    row["tokens_per_success"] = tokens_per_success(row["prompt_tokens"] + row["completion_tokens"], row["successes"])
     return {"success_rate": statistics.mean(rates), "success_min": min(rates), "success_max": max(rates), **row}
 
 
@@ -160,7 +180,8 @@ def _write(spec: GridSpec, points: list[dict[str, Any]], out: Path) -> Grid:
     (out / "grid.json").write_text(json.dumps({"settings": settings, "points": points}, indent=2))
     table = markdown_grid(points)
     text = (
-        f"# reinloop fault grid\n\nSettings: {json.dumps(settings)}\n\n{table}\n\n{_budget_table(points)}\n\n"
+        f"# reinloop fault grid\n\nSettings: {json.dumps(settings)}\n\n{table}\n\n"
+        f"## Paired with reinloop\n\n{markdown_paired_grid(points)}\n\n## Cost\n\n{_budget_table(points)}\n\n"
         f"## Fault model\n\n{FAULT_MODEL}\n\n## Metrics\n\n{METRICS}\n"
     )
     (out / "grid.md").write_text(text)
@@ -170,11 +191,12 @@ def _write(spec: GridSpec, points: list[dict[str, Any]], out: Path) -> Grid:
 
 def markdown_grid(points: Sequence[dict[str, Any]]) -> str:
     """One row per point: each agent's success over the seeds, mean (min-max), reinloop against the best
-    peer, and reinloop's prompt tokens relative to the middleware agent's, then on the messages alone."""
+    peer, and reinloop's tokens per successful run relative to the reference peer's, then its prompt tokens
+    on the messages alone (without the tool schemas) relative to the reference's."""
     header = " | ".join(AGENTS)
     lines = [
         f"| fault / correct | {header} | reinloop - best peer "
-        "| reinloop prompt tokens vs middleware (messages alone) |",
+        f"| reinloop tokens per successful run vs {REFERENCE} (prompt messages alone) |",
         "| --- |" + " ---: |" * (len(AGENTS) + 2),
     ]
     for point in points:
@@ -182,8 +204,27 @@ def markdown_grid(points: Sequence[dict[str, Any]]) -> str:
         lines.append(
             f"| {point['fault_rate']:g} / {point['correct_rate']:g} | {' | '.join(cells)} | "
             f"{point['reinloop_minus_best_peer'] * 100:+.0f} pp ({point['best_peer']}) | "
-            f"{point['prompt_tokens_vs_middleware']:.2f}x ({point['message_tokens_vs_middleware']:.2f}x) |"
+            f"{point['tokens_per_success_vs_reference']:.2f}x ({point['message_tokens_vs_reference']:.2f}x) |"
         )
+    return "\n".join(lines)
+
+
+def markdown_paired_grid(points: Sequence[dict[str, Any]]) -> str:
+    """One row per point and peer: reinloop paired with the peer over the point's runs (same task, seed and
+    draws): the runs only reinloop solved, those only the peer solved, and the success difference with its
+    95% interval (paired bootstrap), in percentage points."""
+    lines = [
+        "| fault / correct | peer | pairs | only reinloop solved | only the peer solved | reinloop - peer "
+        "| 95% interval |",
+        "| --- | --- |" + " ---: |" * 5,
+    ]
+    for point in points:
+        for peer, row in point["paired"].items():
+            lines.append(
+                f"| {point['fault_rate']:g} / {point['correct_rate']:g} | {peer} | {row['pairs']:.0f} | "
+                f"{row['wins']:.0f} | {row['losses']:.0f} | {row['difference'] * 100:+.1f} pp | "
+                f"{row['low'] * 100:+.1f} to {row['high'] * 100:+.1f} pp |"
+            )
     return "\n".join(lines)
 
 
@@ -192,19 +233,20 @@ def _success(row: dict[str, float]) -> str:
 
 
 def _budget_table(points: Sequence[dict[str, Any]]) -> str:
-    """One row per point and agent: the cost side, summed over the seeds."""
+    """One row per point and agent: the cost side, summed over the seeds; tokens per successful run first."""
     lines = [
-        "| fault / correct | agent | runs | mean iterations | prompt tokens | of which tool schemas "
-        "| wasted tool calls | runs over budget | crashes |",
-        "| --- | --- |" + " ---: |" * 7,
+        "| fault / correct | agent | runs | tokens per successful run | mean iterations | model calls "
+        "| prompt tokens | completion tokens | of which tool schemas | wasted tool calls | runs over budget "
+        "| crashes |",
+        "| --- | --- |" + " ---: |" * 10,
     ]
     for point in points:
         for agent, row in point["agents"].items():
             lines.append(
                 f"| {point['fault_rate']:g} / {point['correct_rate']:g} | {agent} | {row['runs']:.0f} | "
-                f"{row['mean_iterations']:.1f} | {row['prompt_tokens']:,.0f} | {row['tool_schema_tokens']:,.0f} | "
-                f"{row['wasted_tool_calls']:.0f} | "
-                f"{row['over_budget_runs']:.0f} | {row['crashes']:.0f} |"
+                f"{row['tokens_per_success']:,.0f} | {row['mean_iterations']:.1f} | {row['model_calls']:.0f} | "
+                f"{row['prompt_tokens']:,.0f} | {row['completion_tokens']:,.0f} | {row['tool_schema_tokens']:,.0f} | "
+                f"{row['wasted_tool_calls']:.0f} | {row['over_budget_runs']:.0f} | {row['crashes']:.0f} |"
             )
     return "\n".join(lines)
 
@@ -218,14 +260,14 @@ def _heatmap(spec: GridSpec, points: Sequence[dict[str, Any]], path: Path) -> No
     ratio = [[0.0] * columns for _ in range(rows)]
     for number, point in enumerate(points):
         lead[number // columns][number % columns] = point["reinloop_minus_best_peer"] * 100
-        ratio[number // columns][number % columns] = point["prompt_tokens_vs_middleware"]
+        ratio[number // columns][number % columns] = point["tokens_per_success_vs_reference"]
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 1.2 * rows + 2.6))
     span = max(5.0, *(abs(value) for row in lead for value in row))
     spread = max(0.25, *(abs(value - 1) for row in ratio for value in row))
     panels = (
         (left, lead, TwoSlopeNorm(0.0, -span, span), "RdYlGn", "{:+.0f} pp", "reinloop success - best peer's"),
         (right, ratio, TwoSlopeNorm(1.0, 1 - spread, 1 + spread), "RdYlGn_r", "{:.2f}x",
-         "reinloop prompt tokens / middleware's"),
+         "reinloop tokens per success / re-asking peer's"),
     )  # fmt: skip
     for axes, values, norm, colours, label, title in panels:
         image = axes.imshow(values, cmap=colours, norm=norm, aspect="auto")

@@ -1,4 +1,4 @@
-"""Running the suite: four agents on the same tasks, seeds and tools, and the report they produce."""
+"""Running the suite: five agents on the same tasks, seeds, draws and tools, and the report they produce."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import functools
 import gc
 import json
 import os
+import random
 import statistics
 import tempfile
 import time
@@ -16,16 +17,29 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from langchain.agents.middleware import AgentMiddleware, hook_config
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import LLMResult
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 
 from reinloop.config import AgentConfig, ProtocolName
-from reinloop.eval.simulated import FAULT_MODEL, FaultProfile, SimulatedModel, ToolStats, faulty_tools, summarizer_of
+from reinloop.eval.simulated import (
+    FAULT_MODEL,
+    TOOL_TIMEOUT_S,
+    FaultProfile,
+    Meter,
+    SimulatedClock,
+    SimulatedModel,
+    ToolStats,
+    faulty_tools,
+    message_tokens,
+    summarizer_of,
+)
 from reinloop.eval.tasks import SUITE, EvalTask
-from reinloop.memory.tokens import TokenCounter
+from reinloop.memory.tokens import TOKENS_PER_REPLY, TokenCounter
 from reinloop.presets import PRESETS, preset
 from reinloop.tools.toolset import default_toolset
 
@@ -35,15 +49,30 @@ __all__ = [
     "HARD_STOPS",
     "METRICS",
     "PRESET_AGENTS",
+    "REASKING",
+    "REPORTING_SEEDS",
+    "TUNING_SEEDS",
+    "ReaskAfterMalformedReply",
     "RunRecord",
     "evaluate_suite",
+    "paired",
     "pyplot",
     "save_chart",
     "summarize_runs",
     "write_report",
 ]
 
+# Seeds 0-8 were used to choose reinloop's defaults (see the README's "Evaluation"); figures are reported on
+# other seeds, which no setting was chosen on. The grid's and the command's default seeds are the reporting ones.
+TUNING_SEEDS = tuple(range(9))
+REPORTING_SEEDS = (100, 101, 102)
+# The paired comparison: resamples of the bootstrap, and its generator's seed (a fixed one: the same records
+# give the same interval every time).
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 0
 BUDGET = 20  # rounds each agent is meant to take at most (reinloop's max_iterations, the middleware's call limit)
+# Times the re-asking middleware asks again after a malformed reply: reinloop's default max_parse_retries.
+REASK_RETRIES = AgentConfig().max_parse_retries
 HARD_CAP = 60  # rounds before the evaluation stops an agent that does not stop itself, so that it ends
 # Finishes of a run stopped by the evaluation's cap rather than by the agent: the naive loop's, and LangGraph's
 # recursion limit on create_agent (set at HARD_CAP rounds). Recorded as outcomes, never as crashes.
@@ -55,25 +84,40 @@ _runs_since_full_collection = 0
 
 METRICS = f"""\
 Success: the task's check holds (the answer holds the expected value, and/or the file or the database row
-exists). Iterations: the agent's decisions (its model calls, without those of the translate tool and the
-summarizers). Runs over budget: runs that took more than {BUDGET} rounds, or that the evaluation had to stop
-because the agent did not (the naive loop at {HARD_CAP} decisions, create_agent at LangGraph's recursion limit,
-set at {HARD_CAP} rounds); reinloop (max_iterations {BUDGET}) and create_agent with middleware (a model call
-limit of {BUDGET}) stop themselves. A round is a decision the agent acts on: for reinloop one of its
-iterations, in which an unreadable reply is asked for again (so its decisions can exceed its rounds); for
-the others every decision. Wasted tool calls: tool executions that did not serve the task, all
-executions but the successful ones counted up to the number of steps in the task's reference plan (so a
-failed call, a retry, a repeat, any call beyond the plan counts; a call refused before it runs does not).
-Prompt tokens: what the agent sent the model at its decisions, counted with tiktoken as a provider bills
-them: the messages, and the schemas of the tools bound for native tool calls (each counted as its JSON, as
-reinloop's token budget counts them), which every such call sends again; for a preset whose protocol writes
-text (json, react, call_tool) the tool list is in its system prompt instead. Tool schema tokens: the schemas'
-part of the prompt tokens, the same for every call of an agent that binds the same tools, so that the
-difference between agents in it is their number of decisions."""
+exists). Paired with reinloop: every agent meets the same draws on a task at a seed, so each run of an agent
+is paired with reinloop's run on the same task and seed; the runs only reinloop solved, those only the other
+solved, and reinloop's success minus the other's with a 95% interval from a paired bootstrap
+({BOOTSTRAP_RESAMPLES} resamples of the pairs, seeded). Tokens per successful run (the headline cost): the
+prompt and completion tokens of every model call the runs caused (decisions, a decision asked for again,
+summaries, the translate tool's calls), over the successful runs. Iterations: the agent's decisions (its
+model calls, without those of the translate tool and the summarizers; a decision asked for again counts).
+Model calls: every model call. Runs over budget: runs that took more than {BUDGET} rounds, or that the
+evaluation had to stop because the agent did not (the naive loop at {HARD_CAP} decisions, create_agent at
+LangGraph's recursion limit, set at {HARD_CAP} rounds); reinloop (max_iterations {BUDGET}) and create_agent
+with middleware (a model call limit of {BUDGET}) stop themselves. A round is a decision the agent acts on:
+for reinloop one of its iterations, for the others a model step; a reply of malformed calls asked for again
+within it (reinloop's parse retry, the re-asking middleware) is a decision and a model call but not a
+round, for both alike. Wasted tool calls: tool executions that did not serve the task, all executions but
+the successful ones counted up to the number of steps in the task's reference plan (so a failed call, a
+retry, a repeat, any call beyond the plan counts; a call refused before it runs does not). Prompt tokens:
+what the model calls were sent, counted with tiktoken as a provider bills them: the messages (a malformed
+call's name and arguments included), and the schemas of the tools bound for native tool calls (each counted
+as its JSON, as reinloop's token budget counts them), which every such call sends again; for a preset whose
+protocol writes text (json, react, call_tool) the tool list is in its system prompt instead. Completion
+tokens: what the calls wrote (text, calls, malformed calls). Tool schema tokens: the schemas' part of the
+prompt tokens. Simulated time: the model's latency, the timer's waits and the slow calls' hangs as each
+agent waited them (to its tool timeout, or to the end), in simulated seconds; no figure depends on real
+time."""
 
 # How ModelCallLimitMiddleware's closing message starts when it ends a run (exit_behavior "end").
 CALL_LIMIT_TEXT = "Model call limits exceeded"
-AGENTS = ("naive loop", "create_agent", "create_agent + middleware", "reinloop")
+REASKING = "create_agent + middleware + re-ask"
+AGENTS = ("naive loop", "create_agent", "create_agent + middleware", REASKING, "reinloop")
+# The agents whose tools handle their own errors (`handle_tool_error=True`): a tool's exception is an error
+# observation, not a crash. The middleware agents' tools raise, so that ToolRetryMiddleware sees the exception
+# and retries (after its last retry it answers with an error observation too); the naive loop crashes, as the
+# seeds' starting point did.
+TOOLS_HANDLE_ERRORS = ("create_agent",)
 # The seed articles' loops (`reinloop.presets`), as extra rows: each writes its own protocol's format.
 PRESET_AGENTS = tuple(f"preset {name}" for name in PRESETS)
 
@@ -82,21 +126,24 @@ PRESET_AGENTS = tuple(f"preset {name}" for name in PRESETS)
 class RunRecord:
     agent: str
     task: str
+    seed: int
     success: bool
     decisions: int  # model calls to decide (not the translate tool's or a summarizer's)
-    rounds: int  # decisions acted on: reinloop's iterations; for the others, the same as decisions
-    model_calls: int
-    prompt_tokens: int  # messages and tool schemas
+    rounds: int  # decisions acted on: reinloop's iterations, the others' model steps (a re-ask is not one)
+    model_calls: int  # every model call the run caused: decisions, re-asks, summaries, the translate tool's
+    prompt_tokens: int  # what those calls were sent: messages (malformed calls included) and tool schemas
+    completion_tokens: int  # what those calls wrote: text, calls, malformed calls
     tool_schema_tokens: int  # the tool schemas' part of prompt_tokens
     tool_calls: int
     wasted_tool_calls: int
     exceeded_budget: bool
     crashed: bool
     finish: str
-    wall_s: float
+    sim_s: float  # simulated seconds: the model's latency, the timer's waits, slow calls waited (to a timeout)
+    wall_s: float  # real seconds, for information: no figure of the summary depends on it
 
 
-# the four agents ------------------------------------------------------------------------------------------
+# the five agents -------------------------------------------------------------------------------------------
 
 
 class Outcome(NamedTuple):
@@ -107,6 +154,7 @@ class Outcome(NamedTuple):
     final: str | None
     finish: str
     rounds: int | None = None
+    reasks: int = 0  # decisions asked for again within a round (the re-asking middleware's), not rounds
 
 
 Runner = Callable[[BaseChatModel, Sequence[BaseTool], EvalTask, RunnableConfig], Outcome]
@@ -135,21 +183,30 @@ def _create_agent(middleware: Callable[[BaseChatModel], list[Any]]) -> Runner:
         from langchain.agents import create_agent
         from langgraph.errors import GraphRecursionError
 
-        agent = create_agent(model, list(tools), middleware=middleware(model))
+        stack = middleware(model)
+        agent = create_agent(model, list(tools), middleware=stack)
         # A round visits each node once (the model, the tools, each middleware hook): HARD_CAP rounds.
         limit: RunnableConfig = {**config, "recursion_limit": (len(agent.nodes) - 1) * HARD_CAP + 1}
         try:
             result = agent.invoke({"messages": [HumanMessage(task.prompt)]}, limit)
         except GraphRecursionError:
-            return Outcome(None, "recursion_limit")
+            return Outcome(None, "recursion_limit", reasks=_reasks(stack))
         last = result["messages"][-1]
+        reasks = _reasks(stack)
         if isinstance(last, AIMessage) and last.text.startswith(CALL_LIMIT_TEXT):
-            return Outcome(None, "call_limit")  # the middleware's note that it stopped, not an answer
+            return Outcome(None, "call_limit", reasks=reasks)  # the middleware's note that it stopped, not an answer
         if isinstance(last, AIMessage) and not last.tool_calls:
-            return Outcome(last.text, "answered")
-        return Outcome(None, "stopped")
+            # a reply with only malformed calls ends create_agent's run: no answer, whatever its text
+            finish = "malformed_reply" if last.invalid_tool_calls else "answered"
+            return Outcome(None if last.invalid_tool_calls else last.text, finish, reasks=reasks)
+        return Outcome(None, "stopped", reasks=reasks)
 
     return run
+
+
+def _reasks(stack: Sequence[Any]) -> int:
+    """The decisions the re-asking middleware of `stack` asked for again (none without one)."""
+    return sum(layer.reasks for layer in stack if isinstance(layer, ReaskAfterMalformedReply))
 
 
 def _standard_middleware(model: BaseChatModel) -> list[Any]:
@@ -168,6 +225,51 @@ def _standard_middleware(model: BaseChatModel) -> list[Any]:
     ]
 
 
+def _reasking_middleware(model: BaseChatModel) -> list[Any]:
+    """The standard middleware, and one that asks the model again after a reply holding only malformed tool
+    calls (which would end create_agent's run), as reinloop's parse retry does."""
+    return [*_standard_middleware(model), ReaskAfterMalformedReply()]
+
+
+class ReaskAfterMalformedReply(AgentMiddleware):
+    """Asks the model again, up to `retries` times, when its reply holds malformed tool calls and no valid one
+    (a reply that would end create_agent's run); the replies asked again for never reach the state: the ten
+    lines that make create_agent recover as reinloop's parse retry does. With `persist`, a reply still
+    malformed after them does not end the run either: it stays, with a note, and the model is called again in
+    a new step (counted by the model call limit), as reinloop goes on to its next round."""
+
+    def __init__(self, retries: int = REASK_RETRIES, *, persist: bool = True) -> None:
+        super().__init__()
+        self.retries = retries
+        self.persist = persist
+        self.reasks = 0
+
+    def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        response = handler(request)
+        for _ in range(self.retries):
+            if not _only_malformed(next((m for m in reversed(response.result) if isinstance(m, AIMessage)), None)):
+                break
+            self.reasks += 1
+            response = handler(request)
+        return response
+
+    @hook_config(can_jump_to=["model"])
+    def after_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        last = state["messages"][-1] if state["messages"] else None
+        if not self.persist or not _only_malformed(last):
+            return None
+        return {"messages": [HumanMessage(MALFORMED_NOTE)], "jump_to": "model"}
+
+
+# What the persisting re-ask middleware tells the model after a reply still malformed after its retries.
+MALFORMED_NOTE = "Your tool call could not be parsed (malformed JSON arguments). Reply again with a valid call."
+
+
+def _only_malformed(message: BaseMessage | None) -> bool:
+    """Whether `message` is a reply holding malformed tool calls and no valid one."""
+    return isinstance(message, AIMessage) and bool(message.invalid_tool_calls) and not message.tool_calls
+
+
 def _reinloop(settings: dict[str, Any], protocol: Any = None) -> Runner:
     """reinloop with an AgentConfig of `settings` (and a custom protocol object, if given)."""
 
@@ -184,9 +286,9 @@ def _reinloop(settings: dict[str, Any], protocol: Any = None) -> Runner:
 
 
 def _runners(profile: FaultProfile, real: Any = None) -> dict[str, Runner]:
-    # A quarter of the simulated hang: slow calls time out, normal ones never come near the limit. A preset
-    # keeps its own limits but gets this timeout too (no seed sets one), so that every row meets the same faults.
-    timeout = {"tool_timeout_s": profile.slow_s / 4}
+    # Slow calls longer than it hang until the run ends, normal ones take milliseconds (see TOOL_TIMEOUT_S). A
+    # preset keeps its own limits but gets this timeout too (no seed sets one), so every row meets the same faults.
+    timeout = {"tool_timeout_s": TOOL_TIMEOUT_S}
     if real is None:
         reinloop = _reinloop({"max_iterations": BUDGET, **timeout})
     else:  # a real model: its protocol and limits, and real tool timeouts
@@ -200,6 +302,7 @@ def _runners(profile: FaultProfile, real: Any = None) -> dict[str, Runner]:
         "naive loop": _naive,
         "create_agent": _create_agent(lambda model: []),
         "create_agent + middleware": _create_agent(_standard_middleware),
+        REASKING: _create_agent(_reasking_middleware),
         "reinloop": reinloop,
         **presets,
     }
@@ -210,17 +313,23 @@ def _preset_of(agent: str) -> AgentConfig:
     return preset(agent.removeprefix("preset "))
 
 
+def tool_timeout_of(agent: str) -> float | None:
+    """The tool timeout `agent` has in the evaluation: reinloop's and the presets', None for the others."""
+    return TOOL_TIMEOUT_S if agent == "reinloop" or agent in PRESET_AGENTS else None
+
+
 def protocol_of(agent: str) -> ProtocolName:
     """The protocol the simulated model writes for `agent`: a preset's own, native tool calls for the others."""
     return _preset_of(agent).protocol if agent in PRESET_AGENTS else "tool_calling"
 
 
 class _CallCounter(BaseCallbackHandler):
-    """Counts a real model's calls and the tokens of what it is sent."""
+    """Counts a real model's calls and the tokens of what it is sent and what it writes."""
 
     def __init__(self) -> None:
         self.calls = 0
         self.prompt_tokens = 0  # messages and tool schemas
+        self.completion_tokens = 0
         self.tool_schema_tokens = 0
         self._counter = TokenCounter()
 
@@ -228,14 +337,23 @@ class _CallCounter(BaseCallbackHandler):
         self.calls += 1
         schemas = self._counter.tools((kwargs.get("invocation_params") or {}).get("tools") or ())
         self.tool_schema_tokens += schemas
-        self.prompt_tokens += self._counter.messages(messages[0]) + schemas
+        self.prompt_tokens += message_tokens(self._counter, messages[0]) + schemas
+
+    def on_llm_end(self, response: LLMResult, **kwargs: Any) -> None:
+        for generations in response.generations:
+            for generation in generations:
+                message = getattr(generation, "message", None)
+                if isinstance(message, BaseMessage):
+                    self.completion_tokens += message_tokens(self._counter, [message]) - TOKENS_PER_REPLY
 
 
 # running --------------------------------------------------------------------------------------------------
 
 
-def _seed(*parts: object) -> int:
-    return zlib.crc32("|".join(str(part) for part in parts).encode())
+def run_seed(seed: int, task: EvalTask) -> int:
+    """The seed of every draw of a run on `task` at `seed`: the agent is not part of it, so that each agent
+    meets the same faults at the same decision and the same tool faults at the same tool call."""
+    return zlib.crc32(f"{seed}|{task.id}".encode())
 
 
 def run_task(agent: str, task: EvalTask, profile: FaultProfile, seed: int, folder: Path, real: Any = None) -> RunRecord:
@@ -243,11 +361,16 @@ def run_task(agent: str, task: EvalTask, profile: FaultProfile, seed: int, folde
     workspace = folder / agent.replace(" ", "_").replace("+", "plus") / task.id
     stats = ToolStats()
     counter = _CallCounter()
+    clock, meter = SimulatedClock(), Meter()
     if real is None:
-        seeded = _seed(seed, task.id, agent, "model")
-        model: Any = SimulatedModel(task=task, profile=profile, seed=seeded, protocol=protocol_of(agent))
+        shared = run_seed(seed, task)  # the same draws for every agent
+        model: Any = SimulatedModel(
+            task=task, profile=profile, seed=shared, protocol=protocol_of(agent), clock=clock, meter=meter
+        )
         tools = default_toolset(workspace, model=model)
-        tools = faulty_tools(tools, profile, _seed(seed, task.id, agent, "tools"), stats)
+        handles = agent in TOOLS_HANDLE_ERRORS
+        timeout = tool_timeout_of(agent)
+        tools = faulty_tools(tools, profile, shared, stats, handle_errors=handles, clock=clock, timeout_s=timeout)
     else:
         model = real.model
         tools = faulty_tools(default_toolset(workspace, model=model), FaultProfile(tool_fault_rate=0.0), 0, stats)
@@ -258,23 +381,28 @@ def run_task(agent: str, task: EvalTask, profile: FaultProfile, seed: int, folde
             outcome = _runners(profile, real)[agent](model, tools, task, {"callbacks": [counter]})
         except Exception as exc:  # a crash is a measured outcome here, whatever its kind
             crashed, outcome = True, Outcome(None, type(exc).__name__)
+        finally:
+            clock.released.set()  # the calls still hanging return
         wall = time.perf_counter() - start
     decisions = model.decisions if real is None else counter.calls
-    rounds = decisions if outcome.rounds is None else outcome.rounds
+    rounds = decisions - outcome.reasks if outcome.rounds is None else outcome.rounds
     return RunRecord(
         agent=agent,
         task=task.id,
+        seed=seed,
         success=not crashed and task.check(workspace, outcome.final),
         decisions=decisions,
         rounds=rounds,
-        model_calls=counter.calls,
-        prompt_tokens=model.prompt_tokens if real is None else counter.prompt_tokens,
-        tool_schema_tokens=model.tool_schema_tokens if real is None else counter.tool_schema_tokens,
+        model_calls=meter.calls if real is None else counter.calls,
+        prompt_tokens=meter.prompt_tokens if real is None else counter.prompt_tokens,
+        completion_tokens=meter.completion_tokens if real is None else counter.completion_tokens,
+        tool_schema_tokens=meter.tool_schema_tokens if real is None else counter.tool_schema_tokens,
         tool_calls=stats.executed,
         wasted_tool_calls=stats.wasted(len(task.plan)),
         exceeded_budget=rounds > BUDGET or outcome.finish in HARD_STOPS,
         crashed=crashed,
         finish=outcome.finish,
+        sim_s=round(clock.seconds, 6),
         wall_s=round(wall, 4),
     )
 
@@ -283,11 +411,11 @@ def run_task(agent: str, task: EvalTask, profile: FaultProfile, seed: int, folde
 def _collected_between_runs() -> Iterator[None]:
     """No garbage collection during a run; the run's garbage is collected after it.
 
-    A tool's time limit in the evaluation is a quarter of the simulated hang (0.125 s), and a full
-    collection in a process that has run many agents pauses every thread for about as long: a call it
-    caught timed out, and was retried, where no fault was drawn. Outcomes are decided by the seeded draws
-    only, so collection waits for the run to end: its young objects then, the whole heap every
-    `FULL_COLLECTION_EVERY` runs.
+    A tool's time limit in the evaluation is real (`TOOL_TIMEOUT_S`), and a full collection in a process
+    that has run many agents pauses every thread: when the limit was 0.125 s such a pause timed calls out
+    where no fault was drawn. The limit is now far above a normal call's time and a pause, but outcomes
+    are to be decided by the seeded draws only, so collection still waits for the run to end: its young
+    objects then, the whole heap every `FULL_COLLECTION_EVERY` runs.
     """
     global _runs_since_full_collection
     enabled = gc.isenabled()
@@ -328,8 +456,8 @@ def evaluate_suite(
 
 def _scratch_folder() -> str | None:
     """Where the runs' workspaces go: a RAM-backed folder where the system has one, else the default temporary
-    folder. The tools sync what they write; on a busy disk a sync can outlast reinloop's short tool timeout
-    in the evaluation, a fault no seed draws, and it made the suite slower by about a third."""
+    folder. The tools sync what they write; on a busy disk a sync could come near reinloop's tool timeout in
+    the evaluation (a fault no seed draws), and it made the suite slower by about a third."""
     shm = Path(RAM_FOLDER)
     return RAM_FOLDER if shm.is_dir() and os.access(shm, os.W_OK) else None
 
@@ -338,32 +466,95 @@ def summarize_runs(records: Sequence[RunRecord]) -> dict[str, dict[str, float]]:
     table: dict[str, dict[str, float]] = {}
     for agent in dict.fromkeys(record.agent for record in records):
         runs = [record for record in records if record.agent == agent]
+        successes = sum(r.success for r in runs)
+        tokens = sum(r.prompt_tokens + r.completion_tokens for r in runs)
         table[agent] = {
             "runs": len(runs),
-            "success_rate": sum(r.success for r in runs) / len(runs),
+            "successes": successes,
+            "success_rate": successes / len(runs),
+            "tokens_per_success": tokens_per_success(tokens, successes),
             "mean_iterations": statistics.mean(r.decisions for r in runs),
             "model_calls": sum(r.model_calls for r in runs),
             "prompt_tokens": sum(r.prompt_tokens for r in runs),
+            "completion_tokens": sum(r.completion_tokens for r in runs),
             "tool_schema_tokens": sum(r.tool_schema_tokens for r in runs),
             "wasted_tool_calls": sum(r.wasted_tool_calls for r in runs),
             "over_budget_runs": sum(r.exceeded_budget for r in runs),
             "crashes": sum(r.crashed for r in runs),
-            "wall_s": round(sum(r.wall_s for r in runs), 2),
+            "sim_s": round(sum(r.sim_s for r in runs), 3),
         }
     return table
 
 
+BASELINE = "reinloop"  # whom every other agent is paired with
+
+
+def paired(records: Sequence[RunRecord], agent: str, baseline: str = BASELINE) -> dict[str, float]:
+    """`baseline` against `agent` on the runs they share (same task and seed, hence the same draws): the runs
+    only the baseline solved (`wins`), only the agent solved (`losses`), the baseline's success minus the
+    agent's, and a 95% interval for that difference from a paired bootstrap over the shared runs (resampled
+    as pairs, so the faults both met stay matched)."""
+    solved = {(r.agent, r.task, r.seed): r.success for r in records}
+    keys = [(task, seed) for name, task, seed in solved if name == baseline and (agent, task, seed) in solved]
+    diffs = [int(solved[(baseline, *key)]) - int(solved[(agent, *key)]) for key in keys]
+    n = len(diffs)
+    if n == 0:
+        return {"pairs": 0, "wins": 0, "losses": 0, "difference": 0.0, "low": 0.0, "high": 0.0}
+    rng = random.Random(BOOTSTRAP_SEED)
+    means = sorted(sum(rng.choices(diffs, k=n)) / n for _ in range(BOOTSTRAP_RESAMPLES))
+    return {
+        "pairs": n,
+        "wins": diffs.count(1),
+        "losses": diffs.count(-1),
+        "difference": sum(diffs) / n,
+        "low": means[int(0.025 * BOOTSTRAP_RESAMPLES)],
+        "high": means[int(0.975 * BOOTSTRAP_RESAMPLES) - 1],
+    }
+
+
+def paired_all(records: Sequence[RunRecord], baseline: str = BASELINE) -> dict[str, dict[str, float]]:
+    """`paired` for every agent of `records` but the baseline (none if it did not run)."""
+    agents = dict.fromkeys(record.agent for record in records)
+    if baseline not in agents:
+        return {}
+    return {agent: paired(records, agent, baseline) for agent in agents if agent != baseline}
+
+
+def markdown_paired(comparisons: dict[str, dict[str, float]], baseline: str = BASELINE) -> str:
+    """One row per agent: the runs only the baseline solved, those only the agent solved, and the success
+    difference with its 95% interval, in percentage points."""
+    lines = [
+        f"| {baseline} vs | pairs | only {baseline} solved | only the other solved "
+        "| success difference | 95% interval (paired bootstrap) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for agent, row in comparisons.items():
+        lines.append(
+            f"| {agent} | {row['pairs']:.0f} | {row['wins']:.0f} | {row['losses']:.0f} | "
+            f"{row['difference'] * 100:+.1f} pp | {row['low'] * 100:+.1f} to {row['high'] * 100:+.1f} pp |"
+        )
+    return "\n".join(lines)
+
+
+def tokens_per_success(tokens: float, successes: float) -> float:
+    """The headline cost: all tokens of all runs (prompt and completion, every model call) per successful run;
+    with no success, all the tokens (as if one run had succeeded)."""
+    return round(tokens / max(1, successes), 1)
+
+
 def markdown_table(summary: dict[str, dict[str, float]]) -> str:
     lines = [
-        "| agent | success | mean iterations | model calls | prompt tokens | of which tool schemas "
-        "| wasted tool calls | runs over budget | crashes | wall time (s) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| agent | success | tokens per successful run | mean iterations | model calls | prompt tokens "
+        "| completion tokens | of which tool schemas | wasted tool calls | runs over budget | crashes "
+        "| simulated time (s) |",
+        "| --- |" + " ---: |" * 11,
     ]
     for agent, row in summary.items():
         lines.append(
-            f"| {agent} | {row['success_rate']:.0%} | {row['mean_iterations']:.1f} | {row['model_calls']} | "
-            f"{row['prompt_tokens']:,} | {row['tool_schema_tokens']:,} | {row['wasted_tool_calls']} | "
-            f"{row['over_budget_runs']} | {row['crashes']} | {row['wall_s']:.1f} |"
+            f"| {agent} | {row['success_rate']:.0%} | {row['tokens_per_success']:,.0f} | "
+            f"{row['mean_iterations']:.1f} | {row['model_calls']} | {row['prompt_tokens']:,} | "
+            f"{row['completion_tokens']:,} | {row['tool_schema_tokens']:,} | {row['wasted_tool_calls']} | "
+            f"{row['over_budget_runs']} | {row['crashes']} | {row['sim_s']:.1f} |"
         )
     return "\n".join(lines)
 
@@ -372,12 +563,13 @@ def write_report(records: Sequence[RunRecord], profile: FaultProfile, seed: int,
     """report.md, report.json and (with the eval extra's matplotlib) report.png in `out`; returns the summary."""
     out.mkdir(parents=True, exist_ok=True)
     summary = summarize_runs(records)
+    comparisons = paired_all(records)
     settings = {"seed": seed, "tasks": len({r.task for r in records}), "budget": BUDGET, **asdict(profile)}
-    (out / "report.json").write_text(
-        json.dumps({"settings": settings, "summary": summary, "runs": [asdict(r) for r in records]}, indent=2)
-    )
+    data = {"settings": settings, "summary": summary, "paired": comparisons, "runs": [asdict(r) for r in records]}
+    (out / "report.json").write_text(json.dumps(data, indent=2))
     text = (
         f"# reinloop evaluation\n\nSettings: {json.dumps(settings)}\n\n{markdown_table(summary)}\n\n"
+        f"## Paired with reinloop\n\n{markdown_paired(comparisons)}\n\n"
         f"## Fault model\n\n{FAULT_MODEL}\n\n## Metrics\n\n{METRICS}\n"
     )
     (out / "report.md").write_text(text)

@@ -4,56 +4,82 @@ tool faults injected around it. The fault model is documented in `FAULT_MODEL`."
 from __future__ import annotations
 
 import random
-import time
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, InvalidToolCall, ToolMessage
 from langchain_core.messages.tool import ToolCall
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
-from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from pydantic import PrivateAttr
 
 from reinloop.config import ProtocolName
 from reinloop.eval.tasks import TRANSLATIONS, EvalTask, Step
-from reinloop.memory.tokens import TokenCounter
+from reinloop.memory.tokens import TOKENS_PER_REPLY, TokenCounter
 from reinloop.protocols import OBSERVATION_LABEL, DecisionProtocol, WrittenProtocol, get_protocol, new_call_id
 from reinloop.testing import bind_as_provider
+from reinloop.tools.clock import TimerTool
 from reinloop.tools.registry import POLICY_KEY, ToolRegistry
 
-__all__ = ["FAULT_MODEL", "FaultProfile", "SimulatedModel", "faulty_tools", "summarizer_of"]
+__all__ = [
+    "FAULT_MODEL",
+    "TOOL_TIMEOUT_S",
+    "FaultProfile",
+    "Meter",
+    "SimulatedClock",
+    "SimulatedModel",
+    "faulty_tools",
+    "summarizer_of",
+]
 
 FAULT_MODEL = """\
 Model faults: at each decision, with probability `fault_rate`, the model makes one mistake, drawn uniformly
 from those that apply: malformed tool-call JSON; missing or mistyped arguments; an unknown tool name;
 repeating its previous call; when the answer is known, not stopping (calling a tool again); a wrong final
-answer. After an error observation it corrects itself with probability `correct_rate`, else it repeats the
-failed call. Tool faults: each tool call, with probability `tool_fault_rate`, raises an exception, does its
-work and then hangs for `slow_s` seconds (four times reinloop's tool timeout in the evaluation), or returns
-an empty result (one of the three, uniformly). Every draw comes from a random generator seeded by (seed,
-task, agent), so a run is the same every time for a given seed.
+answer. Recovery: the model reacts to the outcome of its own last action, whatever the agent appends after it
+(a note as a human, system, AI or tool message changes nothing) and whether the agent kept or dropped that
+action: a call whose observation failed (an error or an empty result), or a malformed reply (which fails
+whatever answers it, and also when the agent drops it and asks again). After a failure it corrects itself
+with probability `correct_rate`, else it repeats the failed action (the same call, or the same malformed
+one). Tool faults: each tool call, with probability `tool_fault_rate`, raises an exception, does its
+work and then hangs for `slow_s` simulated seconds (four times the tool timeout reinloop and the presets have
+in the evaluation), or returns an empty result (one of the three, uniformly). Time is simulated, so that no
+figure depends on the machine's load: a model's latency, a timer's wait and a slow call's hang advance the
+run's clock without sleeping; an agent with no tool timeout (or a longer one) waits the hang out and gets
+the result, one whose timeout is shorter than the hang gets a timeout, since such a call hangs until the run
+ends (its timeout, a real one, is then the only real wait, and no load makes a hang that never ends finish
+within it, nor makes a normal call, milliseconds long, outlast it).
 
-Two more faults, off by default, draw from a second generator seeded the same way, so that with both off
-every run is the same as without them. Runaway (`runaway_rate`, AutoGPT-style): at the first decision at
-which the answer is known, with probability `runaway_rate` the model does not answer; from then on every
-decision is a new tool call, whatever it was sent: the n-th (n = 1, 2, ...) is `web_search` for one of
-eight topics of the search corpus followed by n when n is odd, `calculator` with "n * (n + 1)" when n is
-even: valid, read-only calls, never the same twice, that succeed unless a tool fault hits them. It keeps
-going for `runaway_rounds` calls and then answers, or, by default, until the agent stops it. Stubborn loop
-(`stubborn_rate`): at a decision that follows a successful tool observation, with probability
-`stubborn_rate` the model calls the same tool with the same arguments again instead of moving on (or
-answering); at each later decision it stops repeating with probability `correct_rate`, else repeats the
-call again, whatever the agent answered (the tool's result, an earlier result, a refusal). A model that
-has run away repeats nothing.
+Draws are shared by the agents: each decision draws from a generator seeded by (seed, task, decision index),
+each tool call from one seeded by (seed, task, tool-call index), with a fixed number of draws each, so every
+agent meets the same faults at the same decision (and the same tool faults at the same tool call), and a run
+is the same every time for a given seed.
+
+Two more faults, off by default, use draws of their own (the runaway one per run, the stubborn loop one per
+decision), so that with both off every run is the same as without them. Runaway (`runaway_rate`,
+AutoGPT-style): at the first decision at which the answer is known, with probability `runaway_rate` the
+model does not answer; from then on every decision is a new tool call, whatever it was sent: the n-th (n =
+1, 2, ...) is `web_search` for one of eight topics of the search corpus followed by n when n is odd,
+`calculator` with "n * (n + 1)" when n is even: valid, read-only calls, never the same twice, that succeed
+unless a tool fault hits them. It keeps going for `runaway_rounds` calls and then answers, or, by default,
+until the agent stops it. Stubborn loop (`stubborn_rate`): at a decision that follows a successful tool
+observation, with probability `stubborn_rate` the model calls the same tool with the same arguments again
+instead of moving on (or answering); at each later decision it stops repeating with probability
+`correct_rate`, else repeats the call again, whatever the agent answered (the tool's result, an earlier
+result, a refusal). A model that has run away repeats nothing.
 
 The model writes in the agent's protocol (`protocol`): native tool calls, or the text of the json, react or
 call_tool protocol, the same decisions and the same faults in each; a malformed call is the call with the same
 unterminated arguments in that format. It reads its prompt back through the protocol, each `Observation:`
 turn as the result of the decision before it, so what it sees does not depend on the format either."""
+
+# What the model did at a decision that called a tool: a call, or a malformed (invalid) one.
+Action = ToolCall | InvalidToolCall
 
 # What a runaway model searches for: topics of the bundled corpus, so that every search finds something.
 RUNAWAY_TOPICS = (
@@ -65,13 +91,55 @@ _TRANSLATOR = "professional translator"
 _SUMMARY = "Summary: the agent worked through its plan step by step."
 
 
+# The tool timeout of reinloop and the presets in the evaluation (real seconds): a normal call takes
+# milliseconds, and a slow call longer than it hangs until the run ends, so no load crosses this margin.
+TOOL_TIMEOUT_S = 0.5
+# The longest a hung call blocks its thread if its run never releases it (a safety net: runs release it).
+HANG_LIMIT_S = 600.0
+
+
+class Meter:
+    """Every model call of a run, whatever made it (a decision, a summary, the translate tool), and its
+    tokens: what it was sent (the messages, malformed calls' arguments included, and the tool schemas bound
+    beside them) and what it wrote (the reply's text, calls and malformed calls)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        self.tool_schema_tokens = 0  # the tool schemas' part of prompt_tokens
+
+
+def message_tokens(counter: TokenCounter, messages: Sequence[BaseMessage]) -> int:
+    """`counter`'s count of `messages`, with the malformed calls' names and arguments, which a provider bills
+    but `TokenCounter` leaves out (reinloop never sends one)."""
+    invalid = sum(
+        counter.text(call["name"] or "") + counter.text(call["args"] or "")
+        for message in messages
+        if isinstance(message, AIMessage)
+        for call in message.invalid_tool_calls
+    )
+    return counter.messages(messages) + invalid
+
+
+class SimulatedClock:
+    """A run's simulated time: what the model's latency, the timer's waits and slow calls add, in seconds."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.released = threading.Event()  # set when the run ends: the calls that hang return then
+
+    def advance(self, seconds: float) -> None:
+        self.seconds += seconds
+
+
 @dataclass(frozen=True)
 class FaultProfile:
     fault_rate: float = 0.2
     correct_rate: float = 0.7
     tool_fault_rate: float = 0.1
-    slow_s: float = 0.5
-    latency_s: float = 0.0  # simulated model latency per call
+    slow_s: float = 4 * TOOL_TIMEOUT_S  # simulated seconds a slow call hangs
+    latency_s: float = 0.0  # simulated model latency per call (simulated seconds)
     runaway_rate: float = 0.0  # per run: once the answer is known, the chance it calls tools instead, on and on
     runaway_rounds: int | None = None  # runaway calls before it answers after all; None: it never does
     stubborn_rate: float = 0.0  # per decision after a successful call: the chance it repeats that call
@@ -89,20 +157,21 @@ class SimulatedModel(BaseChatModel):
     role: Literal["decide", "summarize"] = "decide"
     # The format it writes its decisions in, and reads its prompt back with: that of the agent's protocol.
     protocol: ProtocolName = "tool_calling"
+    # The run's simulated time (a `SimulatedClock`) and its model calls (a `Meter`), shared with its summarizer
+    # twin; None: not kept.
+    clock: Any = None
+    meter: Any = None
 
-    _rng: random.Random = PrivateAttr()
-    _extra: random.Random = PrivateAttr()  # the runaway and stubborn-loop draws
     _counter: TokenCounter = PrivateAttr()
     _runaway_drawn: bool = PrivateAttr(default=False)
     _runaway_calls: int | None = PrivateAttr(default=None)  # calls made since it ran away; None: it did not
     _stubborn_call: ToolCall | None = PrivateAttr(default=None)  # the call it keeps repeating
+    _malformed: InvalidToolCall | None = PrivateAttr(default=None)  # its last decision, if that was malformed
     decisions: int = 0
     prompt_tokens: int = 0  # what its decisions were sent: the messages and the tools' schemas bound beside them
     tool_schema_tokens: int = 0  # the tool schemas' part of prompt_tokens
 
     def model_post_init(self, context: Any) -> None:
-        self._rng = random.Random(self.seed)
-        self._extra = random.Random(f"{self.seed}/extra")
         self._counter = TokenCounter()
 
     @property
@@ -123,8 +192,8 @@ class SimulatedModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        if self.profile.latency_s:
-            time.sleep(self.profile.latency_s)
+        if self.clock is not None:
+            self.clock.advance(self.profile.latency_s)
         first = messages[0].text.lower() if messages else ""
         if self.role == "summarize":
             reply = AIMessage(_SUMMARY)
@@ -135,41 +204,65 @@ class SimulatedModel(BaseChatModel):
             self.decisions += 1
             schemas = self._counter.tools(kwargs.get("tools") or ())
             self.tool_schema_tokens += schemas
-            self.prompt_tokens += self._counter.messages(messages) + schemas
+            self.prompt_tokens += message_tokens(self._counter, messages) + schemas
             if self.protocol == "tool_calling":
-                reply = self._decide(messages)
+                reply = _with_ids(self._decide(messages), self.seed, self.decisions)
             else:
                 writer = get_protocol(self.protocol)
                 assert isinstance(writer, WrittenProtocol)  # every protocol but tool_calling writes text
                 reply = written(writer, self._decide(read_back(writer, messages)))
+        if self.meter is not None:
+            schemas = self._counter.tools(kwargs.get("tools") or ())
+            self.meter.calls += 1
+            self.meter.tool_schema_tokens += schemas
+            self.meter.prompt_tokens += message_tokens(self._counter, messages) + schemas
+            self.meter.completion_tokens += message_tokens(self._counter, [reply]) - TOKENS_PER_REPLY
         return ChatResult(generations=[ChatGeneration(message=reply)])
 
     # the decision -------------------------------------------------------------------------------------
 
     def _decide(self, messages: list[BaseMessage]) -> AIMessage:
         task: EvalTask = self.task
+        draws = decision_draws(self.seed, self.decisions)
         progress = _progress(task, messages)
         done = progress >= len(task.plan)
         previous = _last_call(messages)
         failed, succeeded = _observed(messages, previous)
-        override = self._runaway(done) or self._stubborn(succeeded)
+        if self._malformed is not None:  # its last reply was unreadable: that failed, kept or dropped
+            failed, succeeded = self._malformed, None
+        reply = self._react(progress, done, previous, failed, succeeded, draws)
+        bad = reply.invalid_tool_calls
+        self._malformed = bad[0] if bad and not reply.tool_calls else None
+        return reply
+
+    def _react(
+        self,
+        progress: int,
+        done: bool,
+        previous: Action | None,
+        failed: Action | None,
+        succeeded: ToolCall | None,
+        draws: DecisionDraws,
+    ) -> AIMessage:
+        task: EvalTask = self.task
+        override = self._runaway(done) or self._stubborn(succeeded, draws.stubborn)
         if override is not None:
             return override
-        if failed is not None and self._rng.random() >= self.profile.correct_rate:
-            return _call(failed["name"], failed["args"])  # does not learn: repeats the failed call
+        if failed is not None and draws.correct >= self.profile.correct_rate:
+            return _again(failed)  # does not learn: repeats the failed action
         faults = ["malformed", "bad_args", "unknown_tool", "repeat"] if not done else ["no_stop", "wrong_answer"]
         if previous is None and "repeat" in faults:
             faults.remove("repeat")
-        fault = self._rng.choice(faults) if self._rng.random() < self.profile.fault_rate else None
+        fault = faults[int(draws.which * len(faults))] if draws.fault < self.profile.fault_rate else None
         if done:
             return _finish(task, fault)
-        return self._step(task.plan[progress], fault, previous)
+        return self._step(task.plan[progress], fault, previous, draws.detail)
 
     def _runaway(self, done: bool) -> AIMessage | None:
         """The next runaway call, if the model has run away (drawn once, when the answer is first known)."""
         if done and not self._runaway_drawn:
             self._runaway_drawn = True
-            if self._extra.random() < self.profile.runaway_rate:
+            if random.Random(f"{self.seed}/runaway").random() < self.profile.runaway_rate:
                 self._runaway_calls = 0
         bound = self.profile.runaway_rounds
         if self._runaway_calls is None or (bound is not None and self._runaway_calls >= bound):
@@ -177,19 +270,19 @@ class SimulatedModel(BaseChatModel):
         self._runaway_calls += 1
         return _runaway_call(self._runaway_calls)
 
-    def _stubborn(self, succeeded: ToolCall | None) -> AIMessage | None:
+    def _stubborn(self, succeeded: ToolCall | None, draw: float) -> AIMessage | None:
         """The repeated call of a stubborn loop: started after a success, left with probability correct_rate."""
         if self._stubborn_call is not None:
-            if self._extra.random() < self.profile.correct_rate:
+            if draw < self.profile.correct_rate:
                 self._stubborn_call = None
                 return None
-        elif succeeded is not None and self._extra.random() < self.profile.stubborn_rate:
+        elif succeeded is not None and draw < self.profile.stubborn_rate:
             self._stubborn_call = succeeded
         if self._stubborn_call is None:
             return None
         return _call(self._stubborn_call["name"], self._stubborn_call["args"])
 
-    def _step(self, step: Step, fault: str | None, previous: ToolCall | None) -> AIMessage:
+    def _step(self, step: Step, fault: str | None, previous: Action | None, detail: float = 0.0) -> AIMessage:
         """The plan's next step, or the mistake `fault` in its place."""
         if fault == "malformed":
             bad = {
@@ -203,7 +296,7 @@ class SimulatedModel(BaseChatModel):
         if fault == "bad_args":
             args = dict(step.args)
             key = next(iter(args))
-            if self._rng.random() < 0.5:
+            if detail < 0.5:
                 args.pop(key)  # missing
             else:
                 args[key] = [args[key]] if not isinstance(args[key], list) else {"x": 1}  # mistyped
@@ -211,8 +304,31 @@ class SimulatedModel(BaseChatModel):
         if fault == "unknown_tool":
             return _call(step.tool + "_tool", step.args)
         if fault == "repeat" and previous is not None:
-            return _call(previous["name"], previous["args"])
+            return _again(previous)
         return _call(step.tool, step.args)
+
+
+class DecisionDraws(NamedTuple):
+    """The draws of one decision, all made whether used or not, so that the n-th decision of every agent on a
+    (seed, task) meets the same faults."""
+
+    correct: float  # below correct_rate: it corrects itself after a failure
+    fault: float  # below fault_rate: it makes a mistake
+    which: float  # which of the mistakes that apply
+    detail: float  # a bad argument: missing (below 0.5) or mistyped
+    stubborn: float  # a stubborn loop: starts below stubborn_rate, ends below correct_rate
+
+
+def decision_draws(seed: int, index: int) -> DecisionDraws:
+    """The draws of decision `index` (1, 2, ...) of a run seeded `seed`: the same for every agent."""
+    rng = random.Random(f"{seed}/decision/{index}")
+    return DecisionDraws(*(rng.random() for _ in DecisionDraws._fields))
+
+
+def tool_draws(seed: int, index: int) -> tuple[float, float]:
+    """The draws of tool call `index` (0, 1, ...) of a run seeded `seed`: whether it fails, and how."""
+    rng = random.Random(f"{seed}/tool/{index}")
+    return rng.random(), rng.random()
 
 
 def _finish(task: EvalTask, fault: str | None) -> AIMessage:
@@ -267,8 +383,29 @@ def summarizer_of(model: BaseChatModel) -> BaseChatModel:
     """The summary model to give an agent whose model is `model`: a simulated model's summarizer twin (no
     draws from its seeded generator, no decisions counted), or a real model itself."""
     if isinstance(model, SimulatedModel) and model.role == "decide":
-        return SimulatedModel(task=model.task, profile=model.profile, seed=model.seed, role="summarize")
+        return SimulatedModel(
+            task=model.task,
+            profile=model.profile,
+            seed=model.seed,
+            role="summarize",
+            clock=model.clock,
+            meter=model.meter,
+        )
     return model
+
+
+def _with_ids(reply: AIMessage, seed: int, index: int) -> AIMessage:
+    """`reply` with call ids drawn from (seed, decision index), in `new_call_id`'s form: an agent may write an
+    id into what it sends next (create_agent's note on a malformed call does), so a random id would make the
+    tokens of a rerun differ."""
+    rng = random.Random(f"{seed}/ids/{index}")
+
+    def fresh() -> str:
+        return f"call_{rng.getrandbits(96):024x}"
+
+    calls = [{**call, "id": fresh()} for call in reply.tool_calls]
+    invalid = [{**call, "id": fresh()} for call in reply.invalid_tool_calls]
+    return reply.model_copy(update={"tool_calls": calls, "invalid_tool_calls": invalid})
 
 
 def _call(name: str, args: dict[str, Any]) -> AIMessage:
@@ -280,16 +417,25 @@ def _failed(message: ToolMessage) -> bool:
     return message.status == "error" or not text or text.startswith("Error") or text in ("[]", "{}", "None")
 
 
-def _observed(messages: Sequence[BaseMessage], previous: ToolCall | None) -> tuple[ToolCall | None, ToolCall | None]:
-    """The call whose observation the model was sent last, as (call, None) if it failed, (None, call) if not.
+def _observed(messages: Sequence[BaseMessage], previous: Action | None) -> tuple[Action | None, ToolCall | None]:
+    """The outcome of the model's last action `previous` (see `_last_call`), as (action, None) if it failed,
+    (None, call) if it succeeded, (None, None) if it is not known (no action yet, or not answered).
 
-    Notes an agent adds after the observations (a correction hint, a reflection turn) neither hide nor
-    change what the model saw: it reacts to its last action's outcome the same whatever the agent says.
+    A malformed call failed, whatever answered it. A call's outcome is its observation, the last tool message
+    after it. Notes an agent adds (a correction hint, a reflection turn, a refusal), as a human, system or AI
+    message without calls, neither hide nor change that outcome: the model reacts the same whatever kind of
+    message the agent writes them in.
     """
-    last = next((message for message in reversed(messages) if not isinstance(message, HumanMessage)), None)
-    if previous is None or not isinstance(last, ToolMessage):
+    if previous is None:
         return None, None
-    return (previous, None) if _failed(last) else (None, previous)
+    if _malformed(previous):
+        return previous, None
+    for message in reversed(messages):
+        if isinstance(message, ToolMessage):
+            return (previous, None) if _failed(message) else (None, previous)  # type: ignore[return-value]
+        if isinstance(message, AIMessage) and (message.tool_calls or message.invalid_tool_calls):
+            return None, None  # its last call was not answered
+    return None, None
 
 
 def _progress(task: EvalTask, messages: Sequence[BaseMessage]) -> int:
@@ -309,11 +455,24 @@ def _progress(task: EvalTask, messages: Sequence[BaseMessage]) -> int:
     return progress
 
 
-def _last_call(messages: Sequence[BaseMessage]) -> ToolCall | None:
+def _last_call(messages: Sequence[BaseMessage]) -> Action | None:
+    """The model's last action the messages show: the last call of the last reply that made one, a malformed
+    (invalid) call included."""
     for message in reversed(messages):
-        if isinstance(message, AIMessage) and message.tool_calls:
-            return message.tool_calls[-1]
+        if isinstance(message, AIMessage) and (message.tool_calls or message.invalid_tool_calls):
+            return message.tool_calls[-1] if message.tool_calls else message.invalid_tool_calls[-1]
     return None
+
+
+def _malformed(action: Action) -> bool:
+    return action.get("type") == "invalid_tool_call"
+
+
+def _again(action: Action) -> AIMessage:
+    """The same action again: the same call, or the same malformed one."""
+    if _malformed(action):
+        return AIMessage("", invalid_tool_calls=[{**action, "id": new_call_id()}])
+    return _call(action["name"] or "", action["args"])  # type: ignore[arg-type]
 
 
 class ToolStats:
@@ -329,15 +488,35 @@ class ToolStats:
         return self.executed - min(plan_steps, self.succeeded)
 
 
-def faulty_tools(tools: Sequence[BaseTool], profile: FaultProfile, seed: int, stats: ToolStats) -> list[BaseTool]:
+def faulty_tools(
+    tools: Sequence[BaseTool],
+    profile: FaultProfile,
+    seed: int,
+    stats: ToolStats,
+    *,
+    handle_errors: bool = False,
+    clock: SimulatedClock | None = None,
+    timeout_s: float | None = None,
+) -> list[BaseTool]:
     """The tools with seeded faults injected: exceptions (a backend that failed, which another attempt may
-    fix), slow calls, empty results."""
-    rng = random.Random(seed)
+    fix), slow calls, empty results.
+
+    A slow call hangs `profile.slow_s` simulated seconds on `clock`: an agent whose tool timeout `timeout_s`
+    is shorter finds it hanging until the clock is released (its run ended), any other waits it out at once.
+    The timer waits on `clock` too, if one is given. `handle_errors`: the tools handle their own errors, as a
+    LangChain tool with `handle_tool_error=True` does: any exception is raised as a `ToolException`, which the
+    tool turns into an error observation.
+    """
+    if clock is not None:  # with no clock (a real model's run) the timer waits in real time
+        for tool in tools:
+            if isinstance(tool, TimerTool):
+                tool.sleep = clock.advance
+    clock = clock or SimulatedClock()
 
     def wrap(tool: BaseTool) -> BaseTool:
         def run(**kwargs: Any) -> Any:
+            fault = _tool_fault(profile, seed, stats.executed)  # the n-th call of the run, whichever agent made it
             stats.executed += 1
-            fault = rng.choice(["exception", "slow", "empty"]) if rng.random() < profile.tool_fault_rate else None
             if fault == "exception":
                 raise ConnectionError(f"{tool.name} failed: simulated internal error")
             if fault == "empty":
@@ -347,14 +526,15 @@ def faulty_tools(tools: Sequence[BaseTool], profile: FaultProfile, seed: int, st
             if fault == "slow":
                 # The work is done before the hang, so what a run did is known when it ends, even when an
                 # agent stopped waiting and left the call running.
-                time.sleep(profile.slow_s)
+                _hang(clock, profile.slow_s, timeout_s)
             return result
 
         # The tool's run policy but its isolation: what reinloop may retry or answer from cache stays as with
         # the tool itself, while the wrapper, whose draws and counts live here, runs in this process.
         policy = {k: v for k, v in ((tool.metadata or {}).get(POLICY_KEY) or {}).items() if k != "isolation"}
         return StructuredTool.from_function(
-            func=run,
+            func=_handled(run) if handle_errors else run,
+            handle_tool_error=handle_errors,
             name=tool.name,
             description=tool.description,
             args_schema=tool.args_schema,
@@ -362,3 +542,34 @@ def faulty_tools(tools: Sequence[BaseTool], profile: FaultProfile, seed: int, st
         )
 
     return [wrap(tool) for tool in tools]
+
+
+TOOL_FAULTS = ("exception", "slow", "empty")
+
+
+def _tool_fault(profile: FaultProfile, seed: int, index: int) -> str | None:
+    hit, which = tool_draws(seed, index)
+    return TOOL_FAULTS[int(which * len(TOOL_FAULTS))] if hit < profile.tool_fault_rate else None
+
+
+def _hang(clock: SimulatedClock, hang_s: float, timeout_s: float | None) -> None:
+    """A slow call's hang: waited out in simulated time, or, past the agent's timeout, until the run ends."""
+    if timeout_s is not None and hang_s > timeout_s:
+        clock.advance(timeout_s)  # the agent gives up at its timeout
+        clock.released.wait(HANG_LIMIT_S)
+    else:
+        clock.advance(hang_s)
+
+
+def _handled(run: Callable[..., Any]) -> Callable[..., Any]:
+    """`run`, its exceptions raised as a `ToolException` (what a tool with handle_tool_error=True reports)."""
+
+    def handled(**kwargs: Any) -> Any:
+        try:
+            return run(**kwargs)
+        except ToolException:
+            raise
+        except Exception as exc:
+            raise ToolException(f"Error: {type(exc).__name__}: {exc}") from exc
+
+    return handled
