@@ -82,10 +82,11 @@ def storage_problem(value: Any, max_depth: int = MAX_DEPTH) -> str | None:
     return None
 
 
-def args_problem(args: Any) -> str | None:
-    """Why a checkpointer cannot store these tool-call arguments (or they are too large), or None."""
+def args_problem(args: Any, max_chars: int = MAX_ARGS_CHARS) -> str | None:
+    """Why a checkpointer cannot store these tool-call arguments (or any JSON-like value), or why they are too
+    large: more than `max_chars` characters of JSON; else None."""
     if problem := storage_problem(args):
         return problem
     # Safe now: storage_problem bounded the nesting and the types.
     chars = len(json.dumps(args, ensure_ascii=False))
-    return f"{chars} characters of JSON" if chars > MAX_ARGS_CHARS else None
+    return f"{chars} characters of JSON" if chars > max_chars else None

@@ -51,7 +51,7 @@ from reinloop.approvals import EDITED_NOTE
 from reinloop.context import AgentContext
 from reinloop.drivers import Steps, adrive, drive
 from reinloop.state import CallCheck, ErrorKind, InDoubtCall, ToolOutcome
-from reinloop.storable import clean_text, clean_value, storage_problem
+from reinloop.storable import args_problem, clean_text, clean_value
 from reinloop.text import truncate
 from reinloop.tools.commands import settle_command
 from reinloop.tools.effects import IDEMPOTENCY_KEY
@@ -170,13 +170,6 @@ def _outcome(
     outcome = ToolOutcome(
         call_id=check["call_id"], name=check["name"], content=content, error_kind=error_kind, attempts=attempts
     )
-    if artifact is not None and _storable(artifact):
+    if artifact is not None and args_problem(artifact, MAX_ARTIFACT_CHARS) is None:
         outcome["artifact"] = clean_value(artifact)
     return {"tool_results": [outcome]}
-
-
-def _storable(artifact: Any) -> bool:
-    if storage_problem(artifact) is not None:
-        return False
-    # Safe now: storage_problem bounded the nesting and the types.
-    return len(json.dumps(artifact, ensure_ascii=False)) <= MAX_ARTIFACT_CHARS

@@ -267,12 +267,14 @@ def _settle_steps(
             return ToolRun(None, "", command=value)
         if isinstance(value, ToolMessage) and value.status == "error":
             return ToolRun("tool_error", content_text(value))
-        if rules.is_error is not None and rules.is_error(text := result_text(value)):
+        # The text is made once: before the result check only for a tool whose text may say it failed.
+        text = result_text(value) if rules.is_error is not None else None
+        if text is not None and rules.is_error is not None and rules.is_error(text):
             return ToolRun("tool_error", text)
         if reason := rules.check(value):
             return ToolRun("empty_result", reason)
         artifact = value.artifact if isinstance(value, ToolMessage) else None
-        return ToolRun(None, result_text(value), artifact=artifact)
+        return ToolRun(None, result_text(value) if text is None else text, artifact=artifact)
     except GraphBubbleUp:
         raise
     except UnshowableResultError as exc:
