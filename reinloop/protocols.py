@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, get_args
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall, ToolMessage
 from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from typing_extensions import TypeIs
@@ -214,7 +214,57 @@ class ToolCallingProtocol(DecisionProtocol):
         text = reply.text.strip()
         if not text:
             return unparsable("", "the reply is empty"), None
+        if (written := text_tool_calls(text, registry)) is not None:
+            return act([dict(call) for call in written]), AIMessage(content="", tool_calls=written, id=reply.id)
         return answer(text), reply
+
+
+# The keys a tool call written as text may hold its arguments under: OpenAI's and Hermes' "arguments" (an
+# object, or an object's JSON text), Llama 3's "parameters", and "args".
+TEXT_CALL_ARGUMENT_KEYS = ("arguments", "parameters", "args")
+_TOOL_CALL_TAGS = re.compile(r"^<tool_call>\s*(.*?)\s*</tool_call>$", re.DOTALL)
+
+
+def text_tool_calls(text: str, registry: ToolRegistry) -> list[ToolCall] | None:
+    """The tool calls a model wrote as its reply's text instead of as tool calls, as open models do when
+    their server's tool-call template fails: the whole reply (or a code fence, or `<tool_call>` tags) is a
+    JSON object, or a list of them, each naming a registered tool ("name", or "function" with a "name") with
+    its arguments as an object under exactly one of `TEXT_CALL_ARGUMENT_KEYS`. None for anything else (an answer), so
+    that a JSON answer is never taken for a call unless it names a tool and holds only a call's keys."""
+    body = text.strip()
+    for pattern in (_TOOL_CALL_TAGS, _FENCE):
+        if (match := pattern.fullmatch(body)) is not None:
+            body = match.group(1).strip()
+    if not body.startswith(("{", "[")) or len(body) > MAX_REPLY_CHARS:
+        return None
+    try:
+        value = json.loads(body)
+    except (json.JSONDecodeError, RecursionError):
+        return None
+    objects = value if isinstance(value, list) and value else [value]
+    calls = [_text_call(obj, registry) for obj in objects]
+    return None if any(call is None for call in calls) else [call for call in calls if call is not None]
+
+
+def _text_call(obj: object, registry: ToolRegistry) -> ToolCall | None:
+    if not isinstance(obj, dict):
+        return None
+    if isinstance(function := obj.get("function"), dict):  # {"type": "function", "function": {...}}
+        obj = function
+    name = obj.get("name")
+    keys = [key for key in TEXT_CALL_ARGUMENT_KEYS if key in obj]
+    if not isinstance(name, str) or len(keys) != 1 or set(obj) - {"name", "type", "id", *keys}:
+        return None
+    name = _resolve_name(name.strip(), registry)
+    args: Any = obj[keys[0]]
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except (json.JSONDecodeError, RecursionError):
+            return None
+    if name not in registry or not isinstance(args, dict):
+        return None
+    return {"name": name, "args": args, "id": new_call_id(), "type": "tool_call"}
 
 
 class WrittenProtocol(DecisionProtocol):

@@ -158,6 +158,54 @@ def test_tool_calling_protocol_reads_calls_answers_and_failures():
     assert decision["kind"] == "unparsable" and decision["error"] == "the reply is empty"
 
 
+@pytest.mark.parametrize(
+    ("text", "calls"),
+    [
+        ('{"name": "add", "arguments": {"a": 1, "b": 2}}', [("add", {"a": 1, "b": 2})]),  # OpenAI's keys as text
+        (
+            '<tool_call>\n{"name": "add", "arguments": "{\\"a\\": 1, \\"b\\": 2}"}\n</tool_call>',
+            [("add", {"a": 1, "b": 2})],
+        ),
+        ('```json\n{"name": "Lookup", "parameters": {"key": "x"}}\n```', [("lookup", {"key": "x"})]),  # Llama 3's
+        (
+            '{"type": "function", "function": {"name": "add", "arguments": {"a": 1, "b": 2}}}',
+            [("add", {"a": 1, "b": 2})],
+        ),
+        (
+            '[{"name": "add", "args": {"a": 1, "b": 2}}, {"name": "lookup", "args": {"key": "x"}}]',
+            [("add", {"a": 1, "b": 2}), ("lookup", {"key": "x"})],
+        ),
+    ],
+)
+def test_tool_calling_protocol_reads_a_call_written_as_text(text, calls):
+    decision, stored = ToolCallingProtocol().parse(AIMessage(text), REGISTRY)
+    assert decision["kind"] == "act" and [(c["name"], c["args"]) for c in decision["calls"]] == calls
+    assert stored.text == "" and stored.tool_calls == decision["calls"]  # kept as the call it was meant to be
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"name": "Alice", "arguments": {"age": 3}}',  # not a tool
+        '{"name": "add", "arguments": {"a": 1, "b": 2}, "note": "x"}',  # a key a call does not have
+        '{"name": "add"}',  # no arguments
+        '{"name": "add", "arguments": [1, 2]}',
+        'The call would be {"name": "add", "arguments": {"a": 1, "b": 2}}.',  # prose around it: an answer
+        '[{"name": "add", "arguments": {"a": 1, "b": 2}}, "and"]',
+    ],
+)
+def test_a_json_answer_that_is_not_exactly_a_call_stays_an_answer(text):
+    decision, _ = ToolCallingProtocol().parse(AIMessage(text), REGISTRY)
+    assert decision["kind"] == "answer" and decision["answer"] == text
+
+
+def test_a_call_written_as_text_runs_in_the_loop():
+    agent, model = make_agent(['{"name": "add", "arguments": {"a": 2, "b": 3}}', "5"])
+    result = agent.invoke({"task": "2 + 3?"}, THREAD)
+    assert (result["finish_reason"], result["final_answer"]) == ("answered", "5")
+    assert model.calls[1].messages[-1].content == "5" and model.calls[1].messages[-2].tool_calls[0]["name"] == "add"
+
+
 def test_tool_calling_protocol_gives_missing_and_duplicate_call_ids_fresh_ones():
     reply = parallel_calls([("add", {"a": 1, "b": 2}), ("add", {"a": 2, "b": 2})], ids=["same", "same"])
     decision, stored = ToolCallingProtocol().parse(reply, REGISTRY)
