@@ -227,8 +227,10 @@ def _standard_middleware(model: BaseChatModel) -> list[Any]:
 
 def _reasking_middleware(model: BaseChatModel) -> list[Any]:
     """The standard middleware, and one that asks the model again after a reply holding only malformed tool
-    calls (which would end create_agent's run), as reinloop's parse retry does."""
-    return [*_standard_middleware(model), ReaskAfterMalformedReply()]
+    calls (which would end create_agent's run), as reinloop's parse retry does. It comes first, so that its
+    `after_model` runs last: a jump back to the model from an earlier `after_model` would skip the call
+    limit's count, and the new step would not be counted."""
+    return [ReaskAfterMalformedReply(), *_standard_middleware(model)]
 
 
 class ReaskAfterMalformedReply(AgentMiddleware):
