@@ -75,6 +75,16 @@ class AgentConfig(BaseModel):
             "False: error_streak trips at the threshold."
         ),
     )
+    max_replans: int = Field(
+        2,
+        ge=0,
+        description=(
+            "Re-plan turns a run may get in place of an error_streak or dead_loop stop, between two real tool "
+            "successes: the next decision is shown what kept failing and asked for a new plan, the error streak "
+            "and the repeat guards' record start afresh, and the run stops only when one of them trips again "
+            "after the last re-plan. 0: they stop the run at once."
+        ),
+    )
     max_parse_retries: int = Field(
         1,
         ge=0,

@@ -9,8 +9,8 @@ silent on them, and which of reinloop's guards stay on (argument validation, the
 tool output, the token budget of each model call, summaries of what leaves the window cannot be turned off).
 
 Shared by every seed: none retries a failed tool in place (its error goes back to the model), and none has a
-reflection turn before its error breaker, so every preset sets ``tool_attempts=1`` and
-``error_reflection=False``. A seed without an error breaker gets an `error_threshold` one above its
+reflection or re-plan turn before its error or dead-loop breaker, so every preset sets ``tool_attempts=1``,
+``error_reflection=False`` and ``max_replans=0``. A seed without an error breaker gets an `error_threshold` one above its
 iteration limit, which the streak cannot reach within the run's rounds; a seed without a dead-loop rule gets
 ``loop_window=1``, so that calls are never compared across decisions.
 
@@ -45,8 +45,8 @@ __all__ = [
     "seed_004",
 ]
 
-# What no seed's loop has: a tool retried in place, a reflection turn before the error breaker.
-_SEED_LOOP: dict[str, object] = {"tool_attempts": 1, "error_reflection": False}
+# What no seed's loop has: a tool retried in place, a reflection or re-plan turn before a breaker.
+_SEED_LOOP: dict[str, object] = {"tool_attempts": 1, "error_reflection": False, "max_replans": 0}
 # Compare calls within one decision only: the loop of a seed without a dead-loop rule.
 _NO_DEAD_LOOP_RULE = 1
 
@@ -64,8 +64,8 @@ def seed_000() -> AgentConfig:
     - protocol ``tool_calling``: each tool's args_schema "会被LangChain自动转换成JSON Schema喂给LLM" (is
       turned into a JSON schema for the model).
     - max_iterations 20: ``MAX_ITERATIONS = 20``.
-    - error_threshold 3, error_reflection False: ``ERROR_THRESHOLD = 3``; the loop returns "熔断终止" at
-      ``consecutive_errors >= ERROR_THRESHOLD``, with no turn in between.
+    - error_threshold 3, error_reflection False, max_replans 0: ``ERROR_THRESHOLD = 3``; the loop returns
+      "熔断终止" at ``consecutive_errors >= ERROR_THRESHOLD``, with no turn in between.
     - max_parse_retries 1: a JSON parse error "重试1次" (is retried once), the raw reply as the hint.
     - tool_attempts 1: an execution error is fed back, "将错误信息反馈给LLM", not run again in place.
     - memory_capacity 10: "短期记忆限制在10条" (``ShortTermMemory(capacity=10)``, LRU).
@@ -108,8 +108,8 @@ def seed_002() -> AgentConfig:
       on to its next iteration, as reinloop's note after an unparsable reply does with no retry.
     - tool_attempts 1: the seed's fix for a timed-out tool retried three times is to return the error as text
       and "让Agent自己决定下一步" (let the agent decide the next step).
-    - error_threshold 7 (one above max_iterations), error_reflection False: "错误写入记忆" but "不中断循环"
-      (a tool error is written to memory and does not stop the loop): only MAX_ITER ends it.
+    - error_threshold 7 (one above max_iterations), error_reflection False, max_replans 0: "错误写入记忆" but
+      "不中断循环" (a tool error is written to memory and does not stop the loop): only MAX_ITER ends it.
     - recall_k 0: no long-term memory, only the window.
     - loop_window 1: no dead-loop rule.
 
@@ -144,8 +144,8 @@ def seed_003() -> AgentConfig:
     - thought_max_chars 300: ``thought[-300:]``.
     - compress_every 3: "每3轮压缩一次记忆" (memory compressed every third round).
     - max_parse_retries 0: an unreadable reply is not asked again.
-    - tool_attempts 1, error_threshold 6 (one above max_iterations), error_reflection False: a tool error
-      becomes the observation ("错误不杀死循环": errors do not kill the loop); only max_iterations ends it.
+    - tool_attempts 1, error_threshold 6 (one above max_iterations), error_reflection False, max_replans 0: a
+      tool error becomes the observation ("错误不杀死循环": errors do not kill the loop); only max_iterations ends it.
     - recall_k 0: no long-term memory.
     - loop_window 1: no dead-loop rule.
 
@@ -187,8 +187,8 @@ def seed_004() -> AgentConfig:
     - repeats_after_feedback 0, repeats_after_cache 0: the seed stops at once, "检测到重复循环" (a repeating
       loop was detected).
     - max_parse_retries 0: a reply without CALL_TOOL or FINAL is not asked again.
-    - tool_attempts 1, error_threshold 11 (one above max_iterations), error_reflection False: a failed tool
-      becomes the observation "执行失败", and the prompt says "尝试修正参数重试" (fix the arguments and try
+    - tool_attempts 1, error_threshold 11 (one above max_iterations), error_reflection False, max_replans 0: a
+      failed tool becomes the observation "执行失败", and the prompt says "尝试修正参数重试" (fix the arguments and try
       again); only the iteration limit and the dead-loop rule end the loop.
     - recall_k 0: no long-term memory.
 

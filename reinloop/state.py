@@ -189,6 +189,7 @@ FRESH_BUDGETS: dict[str, Any] = {
     "streak_errors": [],
     "reflection": None,
     "reflected_at": None,
+    "replans": 0,
     "tool_attempts": 0,
     "final_answer": None,
     "finish_reason": None,
@@ -285,6 +286,9 @@ class AgentState(TypedDict, total=False):
     # consecutive_errors when the streak's reflection turn was granted, None before; check_finish sets,
     # observe clears with the streak. error_streak trips when the count grows past it.
     reflected_at: int | None
+    # Re-plan turns granted in place of an error_streak or dead_loop stop since the last real tool success
+    # (max_replans); check_finish counts, observe clears with the streak, a fresh budget resets.
+    replans: int
     # What failed, shown to the model once at the end of the next prompt (the reflection turn);
     # check_finish sets, decide clears once a reply parses.
     reflection: str | None

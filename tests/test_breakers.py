@@ -53,7 +53,9 @@ def test_check_finish_picks_the_first_entry_that_trips():
         # a round takes up to 8 steps with max_parse_retries=1, the break 1, and the last step needs 1 left
         "remaining_steps": 4,
     }
-    ctx = make_context(error_threshold=3, run_token_budget=100, max_tool_attempts=10, max_parse_retries=1)
+    ctx = make_context(
+        error_threshold=3, run_token_budget=100, max_tool_attempts=10, max_parse_retries=1, max_replans=0
+    )
     under_budget = {**everything["usage"], "total_tokens": 99}
     quiet = {"checks": [], "consecutive_errors": 0, "usage": under_budget, "tool_attempts": 9, "iterations_left": 2}
     cases = [

@@ -128,7 +128,7 @@ def test_error_streak_trips_when_errors_continue_after_the_reflection_turn():
         tool_call("explode", {"reason": "r"}),
         tool_call("lookup", {"key": "nowhere"}),
     ]
-    agent, model = make_agent(script, error_threshold=3)
+    agent, model = make_agent(script, error_threshold=3, max_replans=0)
     result = agent.invoke({"task": "t"}, THREAD)
     assert (result["finish_reason"], result["final_answer"], result["iteration"]) == ("error_streak", None, 4)
     final = result["messages"][-1]
@@ -147,9 +147,47 @@ def test_error_streak_trips_when_errors_continue_after_the_reflection_turn():
     assert all("attempts failed" not in call.messages[-1].text for call in model.calls[:3])
 
 
+def test_re_plan_turns_come_in_place_of_the_error_streak_then_it_trips():
+    # errors only: a reflection at 3, a re-plan at 4 (the streak starts afresh), again, then error_streak
+    script = [tool_call("nope", {"n": n}) for n in range(12)]
+    agent, model = make_agent(script, error_threshold=3, max_replans=2, loop_window=1)
+    result = agent.invoke({"task": "t"}, THREAD)
+    assert (result["finish_reason"], result["iteration"], model.remaining) == ("error_streak", 12, 0)
+    turns = [(n, call.messages[-1].text.split(":")[0]) for n, call in enumerate(model.calls) if n]
+    turns = [(n, first) for n, first in turns if not first.startswith("Error")]
+    reflect = "Your last 3 attempts failed"
+    assert turns == [(3, reflect), (4, "Re-plan (1 of 2)"), (7, reflect), (8, "Re-plan (2 of 2)"), (11, reflect)]
+    assert model.calls[4].messages[-1].text.endswith("1 more re-plan is left.")
+    replan = next(call.messages[-1].text for call in model.calls if call.messages[-1].text.startswith("Re-plan (2"))
+    assert replan.endswith("If this goes on, the run stops.") and "- nope(" in replan
+    assert result["replans"] == 2 and "4 errors in a row" in result["messages"][-1].content
+
+
+def test_a_model_that_recovers_after_a_re_plan_answers_and_a_success_gives_the_next_streak_its_own():
+    fetch, runs = counting_tool()
+    script = [tool_call("nope", {"n": n}) for n in range(4)] + [tool_call("fetch", {"page": 1})]
+    script += [tool_call("nope", {"n": n}) for n in range(4, 8)] + ["done"]
+    agent, model = make_agent(script, tools=[fetch], error_threshold=3, max_replans=1, loop_window=1)
+    result = agent.invoke({"task": "t"}, THREAD)
+    assert (result["finish_reason"], result["final_answer"], runs) == ("answered", "done", [1])
+    replans = [n for n, call in enumerate(model.calls) if call.messages[-1].text.startswith("Re-plan (1 of 1)")]
+    assert replans == [4, 9]  # one per streak: the success in between gave the second streak its own
+
+
+def test_a_re_plan_in_place_of_a_dead_loop_lets_the_refused_call_run_again():
+    fetch, runs = counting_tool()
+    script = [tool_call("fetch", {"page": 1})] * 5 + ["done"]
+    agent, model = make_agent(script, tools=[fetch], repeats_after_cache=1, repeats_after_feedback=0, max_replans=1)
+    result = agent.invoke({"task": "t"}, THREAD)
+    assert (result["finish_reason"], result["final_answer"]) == ("answered", "done")
+    replan = next(n for n, call in enumerate(model.calls) if call.messages[-1].text.startswith("Re-plan (1 of 1)"))
+    assert "you keep repeating a call that was refused" in model.calls[replan].messages[-1].text
+    assert runs == [1, 1]  # the repeat guards' record started afresh: the call ran once more
+
+
 def test_without_error_reflection_the_streak_trips_at_the_threshold():
     script = [tool_call("nope"), tool_call("add", {"a": "x", "b": 1}), tool_call("explode", {"reason": "r"})]
-    agent, model = make_agent(script, error_threshold=3, error_reflection=False)
+    agent, model = make_agent(script, error_threshold=3, error_reflection=False, max_replans=0)
     result = agent.invoke({"task": "t"}, THREAD)
     assert (result["finish_reason"], result["iteration"], model.remaining) == ("error_streak", 3, 0)
     assert "3 errors in a row" in result["messages"][-1].content
@@ -183,13 +221,13 @@ def test_the_reflection_turn_works_with_the_json_protocol():
 
 def test_a_continued_thread_keeps_its_reflection_turn_in_saved_state(saver):
     script = [tool_call("nope", {"n": n}) for n in range(3)]
-    first, _ = make_agent(script, checkpointer=saver)
+    first, _ = make_agent(script, checkpointer=saver, max_replans=0)
     first.invoke({"task": "t"}, THREAD, interrupt_after=["check_finish"])
     first.invoke(None, THREAD, interrupt_after=["check_finish"])
     first.invoke(None, THREAD, interrupt_after=["check_finish"])
     assert first.get_state(THREAD).values["reflected_at"] == 3
     # another agent continues the saved thread: the reflection comes from state, and it was the streak's one
-    second, model = make_agent([tool_call("nope", {"n": 3})], checkpointer=saver)
+    second, model = make_agent([tool_call("nope", {"n": 3})], checkpointer=saver, max_replans=0)
     result = second.invoke(None, THREAD)
     assert model.calls[0].messages[-1].content.startswith("Your last 3 attempts failed:")
     assert (result["finish_reason"], result["iteration"]) == ("error_streak", 4)
@@ -259,7 +297,12 @@ def test_dead_loop_trips_only_after_the_allowed_repeats_answered_from_cache(repe
     script = [tool_call("fetch", {"page": 1})] * (calls + 1)
     # repeats_after_feedback=0: refusals are counted apart, and there are none here
     agent, model = make_agent(
-        script, tools=[fetch], repeats_after_cache=repeats_after_cache, repeats_after_feedback=0, loop_window=5
+        script,
+        tools=[fetch],
+        repeats_after_cache=repeats_after_cache,
+        repeats_after_feedback=0,
+        loop_window=5,
+        max_replans=0,
     )
     result = agent.invoke({"task": "t"}, THREAD)
     assert (result["finish_reason"], result["iteration"], runs) == ("dead_loop", calls + 1, [1])
@@ -275,7 +318,7 @@ def test_dead_loop_trips_only_after_the_allowed_repeats_answered_from_cache(repe
 
 def test_a_failing_call_repeated_ends_as_a_dead_loop_after_its_refusal_and_the_allowed_repeat():
     script = [tool_call("explode", {"reason": "x"})] * 5
-    agent, model = make_agent(script, error_threshold=10, repeats_after_feedback=1)
+    agent, model = make_agent(script, error_threshold=10, repeats_after_feedback=1, max_replans=0)
     result = agent.invoke({"task": "t"}, THREAD)
     seen = [call.messages[-1].content.split(".")[0] for call in model.calls[1:]] + [tool_messages(result)[-1].content]
     error = "Error: 'explode' failed (3 attempts): ZeroDivisionError: division by zero"
@@ -324,7 +367,7 @@ def test_different_arguments_are_not_a_dead_loop():
 def test_keyed_on_the_tool_a_tool_called_again_and_again_with_new_arguments_is_a_dead_loop(loop_key, finish, ran, seen):
     fetch, runs = counting_tool()
     script = [tool_call("fetch", {"page": p}) for p in range(5)] + ["done"]
-    agent, model = make_agent(script, tools=[fetch], loop_key=loop_key, repeats_after_feedback=1)
+    agent, model = make_agent(script, tools=[fetch], loop_key=loop_key, repeats_after_feedback=1, max_replans=0)
     result = agent.invoke({"task": "t"}, THREAD)
     assert (result["finish_reason"], runs) == (finish, ran)
     # every observation the model was sent (a refusal it moved past leaves the window), and the last one

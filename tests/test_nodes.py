@@ -7,7 +7,7 @@ from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, Syst
 from langgraph.types import Overwrite
 
 from reinloop.nodes import check_finish, circuit_break, compress_memory, decide, execute_tool, observe, validate_args
-from reinloop.nodes.check_finish import REFLECTION_TEMPLATE
+from reinloop.nodes.check_finish import REFLECTION_TEMPLATE, REPLAN_TEMPLATE, REPLANNED
 from reinloop.repeats import CACHED_RESULT_TEMPLATE
 from reinloop.state import CallCheck, CallRecord, ToolOutcome, act, answer, unparsable
 from reinloop.testing import ScriptedChatModel, cut_reply, json_action, tool_call
@@ -515,7 +515,7 @@ def test_compress_memory_survives_a_failing_summarizer():
     ],
 )
 def test_check_finish(state, reason):
-    update = frozen_call(check_finish, state, make_context(max_iterations=20, error_threshold=3))
+    update = frozen_call(check_finish, state, make_context(max_iterations=20, error_threshold=3, max_replans=0))
     left = state.get("iterations_left")
     assert update.get("iterations_left", 0) == (20 if left is None else left) - 1 or reason == "answered"
     assert update["finish_reason"] == reason
@@ -532,12 +532,52 @@ def test_check_finish_grants_one_reflection_turn_with_what_failed():
     # once per streak: the same count again goes on without a new turn, one more error trips
     update = check_finish({**state, "reflected_at": 3}, make_context(error_threshold=3))
     assert (update["finish_reason"], "reflection" in update) == (None, False)
-    assert check_finish({**state, "reflected_at": 2}, make_context())["finish_reason"] == "error_streak"
+    assert check_finish({**state, "reflected_at": 2}, make_context(max_replans=0))["finish_reason"] == "error_streak"
     # a breaker that trips anyway wins: no reflection turn on the last round
     update = check_finish({**state, "iterations_left": 1}, make_context())
     assert (update["finish_reason"], "reflection" in update) == ("max_iterations", False)
-    update = check_finish(state, make_context(error_reflection=False))
+    update = check_finish(state, make_context(error_reflection=False, max_replans=0))
     assert (update["finish_reason"], "reflection" in update) == ("error_streak", False)
+
+
+def test_check_finish_grants_a_re_plan_turn_in_place_of_an_error_streak_or_a_dead_loop_while_any_are_left():
+    lines = ["a(1): boom", "b(): no"]
+    window = [[{"name": "a"}]]
+    state = {
+        "decision": act([]),
+        "checks": [],
+        "consecutive_errors": 4,
+        "reflected_at": 3,
+        "streak_errors": lines,
+        "call_window": window,
+    }
+    update = frozen_call(check_finish, state, make_context(error_threshold=3, max_replans=2))
+    assert update["finish_reason"] is None and update["replans"] == 1
+    assert update["reflection"] == REPLAN_TEMPLATE.format(
+        replan=1,
+        replans=2,
+        what=REPLANNED["error_streak"],
+        errors="- a(1): boom\n- b(): no",
+        left="1 more re-plan is left.",
+    )
+    # the streak and the repeat guards' record start afresh
+    assert (update["consecutive_errors"], update["streak_errors"], update["reflected_at"]) == (0, [], None)
+    assert update["call_window"] == []
+    # the last one says the run stops next time; with none left the breaker ends the run
+    update = check_finish({**state, "replans": 1}, make_context(error_threshold=3, max_replans=2))
+    assert update["reflection"].endswith("If this goes on, the run stops.") and update["replans"] == 2
+    update = check_finish({**state, "replans": 2}, make_context(error_threshold=3, max_replans=2))
+    assert (update["finish_reason"], "reflection" in update) == ("error_streak", False)
+    # a dead loop: the refused call is what it lists
+    refused = {"name": "a", "error": "Error: not run. This exact 'a' call ...", "error_kind": "repeat_after_feedback"}
+    looping = {"decision": act([]), "checks": [refused], "consecutive_errors": 0}
+    update = check_finish(looping, make_context(max_replans=1))
+    assert update["finish_reason"] is None and update["reflection"].startswith("Re-plan (1 of 1): you keep repeating")
+    assert "- a: Error: not run." in update["reflection"]
+    assert check_finish({**looping, "replans": 1}, make_context(max_replans=1))["finish_reason"] == "dead_loop"
+    # a breaker further down the table still ends the run: no re-plan on the last round
+    update = check_finish({**state, "iterations_left": 1}, make_context(error_threshold=3))
+    assert (update["finish_reason"], "reflection" in update) == ("max_iterations", False)
 
 
 def test_the_reflection_turn_lists_an_error_that_came_again_once_with_its_count():

@@ -20,6 +20,7 @@ SEED_NUMBERS = {
         "max_iterations": 20,  # MAX_ITERATIONS = 20
         "error_threshold": 3,  # ERROR_THRESHOLD = 3, breaks at once
         "error_reflection": False,
+        "max_replans": 0,
         "max_parse_retries": 1,  # a JSON parse error is retried once
         "memory_capacity": 10,  # ShortTermMemory(capacity=10)
         "compress_every": 5,  # every 5 short-term entries become one summary
@@ -34,6 +35,7 @@ SEED_NUMBERS = {
         "tool_attempts": 1,
         "error_threshold": 7,  # no error breaker: above the six rounds
         "error_reflection": False,
+        "max_replans": 0,
         "recall_k": 0,
         "loop_window": 1,
     },
@@ -47,6 +49,7 @@ SEED_NUMBERS = {
         "tool_attempts": 1,
         "error_threshold": 6,
         "error_reflection": False,
+        "max_replans": 0,
         "recall_k": 0,
         "loop_window": 1,
     },
@@ -63,6 +66,7 @@ SEED_NUMBERS = {
         "tool_attempts": 1,
         "error_threshold": 11,
         "error_reflection": False,
+        "max_replans": 0,
         "recall_k": 0,
     },
 }

@@ -48,7 +48,7 @@ def test_resume_budget_is_enforced_again():
 def test_resume_after_an_error_streak_clears_the_streak():
     # two errors, the reflection turn, a third error: error_streak
     script = [tool_call("nope")] * 3 + [tool_call("add", {"a": 1, "b": 1}), "2"]
-    agent, _ = make_agent(script, error_threshold=2, loop_window=1)
+    agent, _ = make_agent(script, error_threshold=2, loop_window=1, max_replans=0)
     broken = agent.invoke({"task": "t"}, THREAD)
     assert (broken["finish_reason"], broken["reflected_at"]) == ("error_streak", 2)
     result = resume(agent, THREAD)
@@ -67,7 +67,7 @@ def test_resume_after_a_dead_loop_forgets_the_recent_calls():
 
     # a run, an answer from cache, one allowed repeat after it, and the repeat that is a dead loop
     script = [tool_call("fetch", {"page": 1})] * 4 + [tool_call("fetch", {"page": 1}), "page 1"]
-    agent, _ = make_agent(script, tools=[fetch], repeats_after_cache=1)
+    agent, _ = make_agent(script, tools=[fetch], repeats_after_cache=1, max_replans=0)
     assert agent.invoke({"task": "t"}, THREAD)["finish_reason"] == "dead_loop"
     assert runs == [1]
     result = resume(agent, THREAD, hint="Fetch it once more if you must.")
@@ -87,7 +87,7 @@ def test_resume_after_a_dead_loop_forgets_the_recent_calls():
 )
 def test_resume_refuses_what_it_cannot_do(setup, config, error, message):
     script = {"none": [], "answered": ["done"], "broken": [tool_call("nope")] * 4}[setup]
-    agent, _ = make_agent(script, loop_window=1)
+    agent, _ = make_agent(script, loop_window=1, max_replans=0)
     if setup != "none":
         agent.invoke({"task": "t"}, THREAD)
     config = dict(config)

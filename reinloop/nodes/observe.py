@@ -1,12 +1,12 @@
 """observe: turn this round's checks and outcomes into observations for the model.
 
-Reads `decision`, `checks`, `tool_results`, `consecutive_errors`, `streak_errors`, `reflected_at`,
+Reads `decision`, `checks`, `tool_results`, `consecutive_errors`, `streak_errors`, `reflected_at`, `replans`,
 `call_window`, `tool_attempts`. Writes `messages` (exactly one `ToolMessage` per requested call, in the
 order requested, rejected calls and answers from cache included, each outcome as execute_tool stored it,
 tool output already cut; or one note when the reply could not be parsed), the error streak
 (`consecutive_errors`: each error, refusals included, adds one, a real tool success resets it, an answer from
 cache leaves it as it is, a call retried in place counts once; `streak_errors`: one line per error, for the
-reflection turn; `reflected_at`, cleared with the streak), `call_window` (what became of each call, for the
+reflection turn; `reflected_at` and `replans`, cleared with the streak), `call_window` (what became of each call, for the
 repeat guards of `reinloop.repeats`) and `tool_attempts` (the runs of this round's calls, retries included,
 added).
 """
@@ -40,12 +40,14 @@ class _Streak:
     errors: int
     lines: list[str]
     reflected_at: int | None
+    replans: int  # re-plan turns this streak got (check_finish grants them)
     keep: int  # lines kept: the last error_threshold
 
     @classmethod
     def of(cls, state: AgentState, keep: int) -> _Streak:
         lines = list(state.get("streak_errors") or [])
-        return cls(state.get("consecutive_errors", 0), lines, state.get("reflected_at"), keep)
+        errors, replans = state.get("consecutive_errors", 0), state.get("replans", 0)
+        return cls(errors, lines, state.get("reflected_at"), replans, keep)
 
     def error(self, what: str, text: str) -> None:
         self.errors += 1
@@ -54,10 +56,15 @@ class _Streak:
         self.lines = [*self.lines, line][-self.keep :]
 
     def success(self) -> None:
-        self.errors, self.lines, self.reflected_at = 0, [], None
+        self.errors, self.lines, self.reflected_at, self.replans = 0, [], None, 0
 
     def update(self) -> dict[str, Any]:
-        return {"consecutive_errors": self.errors, "streak_errors": self.lines, "reflected_at": self.reflected_at}
+        return {
+            "consecutive_errors": self.errors,
+            "streak_errors": self.lines,
+            "reflected_at": self.reflected_at,
+            "replans": self.replans,
+        }
 
 
 def observe(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
