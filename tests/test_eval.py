@@ -145,8 +145,11 @@ def solved(task):
 
 
 def test_the_new_faults_are_off_by_default():
+    from reinloop.eval.simulated import EXTRA_FAULTS
+
     profile = FaultProfile()
     assert (profile.runaway_rate, profile.stubborn_rate, profile.runaway_rounds) == (0.0, 0.0, None)
+    assert profile.extra_rates() == tuple((fault, 0.0) for fault in EXTRA_FAULTS)
 
 
 def test_a_runaway_model_keeps_calling_tools_with_new_valid_arguments_instead_of_answering(tmp_path):
@@ -313,6 +316,108 @@ def test_a_success_followed_by_a_note_of_any_kind_is_still_a_success(kind):
     assert moves_on.tool_calls[0]["name"] == task.plan[1].tool
     stubborn = model_for(task, correct_rate=0.0, stubborn_rate=1.0).invoke(sent)  # a success starts a loop
     assert signature(stubborn) == ("call", step.tool, json.dumps(step.args, sort_keys=True))
+
+
+# the faults with their own rates ------------------------------------------------------------------------
+
+
+def first_then_clean(task, correct_rate, **rates):
+    """A model whose first decision makes the fault `rates` says, and whose later ones make none."""
+    model = model_for(task, correct_rate, **rates)
+    first = model.invoke([HumanMessage(task.prompt)])
+    model.profile = FaultProfile(fault_rate=0.0, tool_fault_rate=0.0, correct_rate=correct_rate)
+    return model, first
+
+
+@pytest.mark.parametrize("kind", list(NOTE_KINDS))
+@pytest.mark.parametrize("rate", ["text_call_rate", "empty_rate"])
+def test_an_unread_reply_fails_and_is_repeated_or_corrected_by_the_correct_rate(rate, kind):
+    task = SUITE[0]
+    for correct_rate, expected in ((0.0, "again"), (1.0, "plan")):
+        model, first = first_then_clean(task, correct_rate, **{rate: 1.0})
+        assert not first.tool_calls and not first.invalid_tool_calls
+        if rate == "text_call_rate":
+            step = task.plan[0]
+            assert json.loads(first.text) == {"name": step.tool, "arguments": step.args}
+        else:
+            assert first.text == ""
+        # the agent did not read it (the run went on without it, or with it and a note of any kind)
+        for sent in ([HumanMessage(task.prompt)], [HumanMessage(task.prompt), first, *NOTE_KINDS[kind]()]):
+            model._unread, model._raw = first, True  # the same state before each of the two prompts
+            reply = model.invoke(sent)
+            assert signature(reply) == (signature(first) if expected == "again" else plan_step(task))
+
+
+def test_a_call_written_as_text_that_the_agent_read_is_the_models_call():
+    task = task_named("search-calc-01")
+    model, _ = first_then_clean(task, correct_rate=0.0, text_call_rate=1.0)
+    step = task.plan[0]
+    read = {"name": step.tool, "args": step.args, "id": "r1", "type": "tool_call"}
+    sent = [HumanMessage(task.prompt), AIMessage("", tool_calls=[read]), ToolMessage("found it", tool_call_id="r1")]
+    assert model.invoke(sent).tool_calls[0]["name"] == task.plan[1].tool  # it moves on, as after its own call
+
+
+@pytest.mark.parametrize("protocol", ["json", "react", "call_tool"])
+def test_a_text_protocols_call_written_as_text_is_prose_not_its_format(protocol):
+    from reinloop.eval.simulated import SimulatedModel
+
+    task = SUITE[0]
+    profile = FaultProfile(fault_rate=0.0, tool_fault_rate=0.0, text_call_rate=1.0)
+    reply = SimulatedModel(task=task, profile=profile, seed=11, protocol=protocol).invoke([HumanMessage(task.prompt)])
+    assert reply.text.startswith(f"I will use {task.plan[0].tool} with {{")
+
+
+def test_wrong_arguments_are_valid_count_as_the_step_and_lead_to_a_wrong_answer(tmp_path):
+    from reinloop.eval.simulated import WRONG_ANSWER
+
+    task = task_named("search-calc-01")
+    model, first = first_then_clean(task, correct_rate=0.0, wrong_args_rate=1.0)
+    step = task.plan[0]
+    assert first.tool_calls[0]["name"] == step.tool and first.tool_calls[0]["args"] != step.args
+    assert set(first.tool_calls[0]["args"]) == set(step.args)  # the same arguments, one value wrong
+    messages = observe([HumanMessage(task.prompt)], first, "found it")
+    second = model.invoke(messages)
+    assert signature(second) == ("call", task.plan[1].tool, json.dumps(task.plan[1].args, sort_keys=True))
+    final = model.invoke(observe(messages, second, "8.04672"))
+    assert final.text == WRONG_ANSWER and not task.check(tmp_path, final.text)
+
+
+def test_a_premature_answer_comes_before_the_plan_is_done_and_fails_the_check(tmp_path):
+    task = task_named("search-calc-01")
+    _, first = first_then_clean(task, correct_rate=0.0, premature_rate=1.0)
+    assert not first.tool_calls and first.text and not task.check(tmp_path, first.text)
+
+
+@pytest.mark.parametrize("correct_rate", [0.0, 1.0])
+def test_a_near_repeat_loop_calls_the_same_tool_with_changed_arguments_until_it_corrects_itself(correct_rate):
+    task = task_named("search-calc-01")  # web_search, then calculator
+    step = task.plan[0]
+    model = model_for(task, correct_rate, near_repeat_rate=1.0)
+    call = {"name": step.tool, "args": step.args, "id": "s1", "type": "tool_call"}
+    messages = [HumanMessage(task.prompt), AIMessage("", tool_calls=[call]), ToolMessage("found", tool_call_id="s1")]
+    first = model.invoke(messages)
+    assert first.tool_calls[0]["name"] == step.tool and first.tool_calls[0]["args"] != step.args
+    model.profile = FaultProfile(fault_rate=0.0, tool_fault_rate=0.0, correct_rate=correct_rate)
+    second = model.invoke(observe(messages, first, "found again"))
+    if correct_rate == 0.0:  # on and on, changed once more each time
+        assert second.tool_calls[0]["name"] == step.tool and second.tool_calls[0]["args"] not in (
+            step.args,
+            first.tool_calls[0]["args"],
+        )
+    else:
+        assert second.tool_calls[0]["name"] == task.plan[1].tool
+
+
+def test_reinloop_reads_calls_written_as_text_and_asks_again_after_empty_replies_where_create_agent_stops():
+    from reinloop.eval.run import REASKING, paired
+
+    profile = FaultProfile(fault_rate=0.0, tool_fault_rate=0.0, correct_rate=0.5, text_call_rate=0.2, empty_rate=0.2)
+    records = evaluate_suite(profile=profile, seed=100, tasks=12, agents=("reinloop", REASKING))
+    comparison = paired(records, REASKING)
+    assert comparison["wins"] > 0 and comparison["losses"] == 0
+    by_run = {(r.agent, r.task): r for r in records}
+    lost = [by_run[(REASKING, r.task)] for r in records if r.agent == "reinloop" and r.success]
+    assert any(not peer.success and peer.finish == "answered" for peer in lost)  # its text or "" was the answer
 
 
 def test_the_fault_wrappers_keep_each_tools_policy_but_run_in_this_process(tmp_path):

@@ -22,6 +22,7 @@ from rich.console import Console
 from reinloop.checkpoint import database_label, is_postgres_url, is_unreadable, open_checkpointer
 from reinloop.cli import EXIT_CODES, CommandError, Interrupted, display, review
 from reinloop.errors import CheckpointError, ReinloopError
+from reinloop.eval.simulated import EXTRA_FAULTS
 from reinloop.state import read_input
 from reinloop.text import counted
 
@@ -40,7 +41,14 @@ DEFAULT_APPROVALS = ("file_write", "db_insert")
 # constant for it private).
 INTERRUPTS_KEY = "__interrupt__"
 LIMITS = ("max_iterations", "error_threshold", "tool_timeout_s", "context_token_budget", "run_token_budget")
-RATES = ("fault_rate", "tool_fault_rate", "correct_rate", "runaway_rate", "stubborn_rate")
+RATES = (
+    "fault_rate",
+    "tool_fault_rate",
+    "correct_rate",
+    "runaway_rate",
+    "stubborn_rate",
+    *(f"{fault}_rate" for fault in EXTRA_FAULTS),
+)
 WORKSPACE_TEMPLATE = "the workspace {workspace} is not a folder ({file} is a file); pass --workspace a folder"
 MEMORY_TEMPLATE = (
     "the memory database {path} cannot be opened ({reason}); move it away, or pass --no-memory to run without "

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from reinloop.cli import commands
 from reinloop.eval.run import REPORTING_SEEDS
+from reinloop.eval.simulated import EXTRA_FAULT_RATE, EXTRA_FAULTS
 from reinloop.presets import PRESETS, canonical_name
 from reinloop.protocols import PROTOCOLS
 
@@ -98,6 +99,20 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation.add_argument(
         "--stubborn-rate", type=float, default=0.0, help="chance the model repeats a call that just succeeded"
     )
+    extra = {
+        "wrong_args": "valid arguments with a wrong value",
+        "near_repeat": "after a success, the same tool with slightly changed arguments, on and on",
+        "premature": "an answer before the plan is done",
+        "text_call": "the next call written as plain text",
+        "empty": "an empty reply",
+    }
+    for fault in EXTRA_FAULTS:
+        evaluation.add_argument(
+            f"--{fault.replace('_', '-')}-rate",
+            type=float,
+            default=EXTRA_FAULT_RATE,
+            help=f"per decision: {extra[fault]} (default: {EXTRA_FAULT_RATE})",
+        )
     _grid_options(evaluation)
     evaluation.set_defaults(handler=commands.evaluate)
 

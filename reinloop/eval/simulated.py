@@ -3,6 +3,7 @@ tool faults injected around it. The fault model is documented in `FAULT_MODEL`."
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 from collections.abc import Callable, Sequence
@@ -78,6 +79,16 @@ call_tool protocol, the same decisions and the same faults in each; a malformed 
 unterminated arguments in that format. It reads its prompt back through the protocol, each `Observation:`
 turn as the result of the decision before it, so what it sees does not depend on the format either."""
 
+# The faults with draws of their own, one rate each (`FaultProfile`), and the rate `reinloop eval` gives each
+# unless told otherwise (FaultProfile's own default is 0: off).
+EXTRA_FAULTS = ("wrong_args", "near_repeat", "premature", "text_call", "empty")
+EXTRA_FAULT_RATE = 0.02
+# A premature answer: given before the plan is done, so it cannot hold the task's value.
+PREMATURE_ANSWER = "I think the answer is 7."
+WRONG_ANSWER = "I am not sure; the answer may be 42."
+# How a near-repeat loop changes a call each time: the argument, and what is added to it once more each time.
+NEAR_REPEAT_TWEAKS = {"calculator": ("expression", " + 0"), "web_search": ("query", " again")}
+
 # What the model did at a decision that called a tool: a call, or a malformed (invalid) one.
 Action = ToolCall | InvalidToolCall
 
@@ -143,6 +154,17 @@ class FaultProfile:
     runaway_rate: float = 0.0  # per run: once the answer is known, the chance it calls tools instead, on and on
     runaway_rounds: int | None = None  # runaway calls before it answers after all; None: it never does
     stubborn_rate: float = 0.0  # per decision after a successful call: the chance it repeats that call
+    # The faults below use draws of their own (`extra_draws`), at a decision with no other fault: each is one
+    # mistake with its own rate per decision (see FAULT_MODEL).
+    wrong_args_rate: float = 0.0  # valid arguments with a wrong value: only the task's check catches it
+    near_repeat_rate: float = 0.0  # after a success, the same tool with slightly changed arguments, on and on
+    premature_rate: float = 0.0  # an answer before the plan is done (a wrong one)
+    text_call_rate: float = 0.0  # the plan's next call written as plain text instead of a tool call
+    empty_rate: float = 0.0  # an empty reply
+
+    def extra_rates(self) -> tuple[tuple[str, float], ...]:
+        """The rates of the faults with draws of their own, in the order `extra_draws` tries them."""
+        return tuple((fault, getattr(self, f"{fault}_rate")) for fault in EXTRA_FAULTS)
 
 
 class SimulatedModel(BaseChatModel):
@@ -167,6 +189,13 @@ class SimulatedModel(BaseChatModel):
     _runaway_calls: int | None = PrivateAttr(default=None)  # calls made since it ran away; None: it did not
     _stubborn_call: ToolCall | None = PrivateAttr(default=None)  # the call it keeps repeating
     _malformed: InvalidToolCall | None = PrivateAttr(default=None)  # its last decision, if that was malformed
+    # Its last decision, if that was a call written as plain text or an empty reply: failed unless the agent
+    # read the call from the text (its next prompt then holds that call).
+    _unread: AIMessage | None = PrivateAttr(default=None)
+    _unread_call: ToolCall | None = PrivateAttr(default=None)  # the call a plain-text call wrote
+    _raw: bool = PrivateAttr(default=False)  # the reply is sent as it is, not in the agent's protocol's format
+    _wrong: dict[int, dict[str, Any]] = PrivateAttr(default_factory=dict)  # plan steps done with wrong arguments
+    _near: tuple[ToolCall, int] | None = PrivateAttr(default=None)  # a near-repeat loop: the call, repeats so far
     decisions: int = 0
     prompt_tokens: int = 0  # what its decisions were sent: the messages and the tools' schemas bound beside them
     tool_schema_tokens: int = 0  # the tool schemas' part of prompt_tokens
@@ -210,7 +239,8 @@ class SimulatedModel(BaseChatModel):
             else:
                 writer = get_protocol(self.protocol)
                 assert isinstance(writer, WrittenProtocol)  # every protocol but tool_calling writes text
-                reply = written(writer, self._decide(read_back(writer, messages)))
+                decided = self._decide(read_back(writer, messages))
+                reply = decided if self._raw else written(writer, decided)
         if self.meter is not None:
             schemas = self._counter.tools(kwargs.get("tools") or ())
             self.meter.calls += 1
@@ -224,15 +254,26 @@ class SimulatedModel(BaseChatModel):
     def _decide(self, messages: list[BaseMessage]) -> AIMessage:
         task: EvalTask = self.task
         draws = decision_draws(self.seed, self.decisions)
-        progress = _progress(task, messages)
+        extra = extra_draws(self.seed, self.decisions)
+        progress = _progress(task, messages, self._wrong)
         done = progress >= len(task.plan)
         previous = _last_call(messages)
         failed, succeeded = _observed(messages, previous)
         if self._malformed is not None:  # its last reply was unreadable: that failed, kept or dropped
             failed, succeeded = self._malformed, None
-        reply = self._react(progress, done, previous, failed, succeeded, draws)
+        unread, self._unread, self._raw = self._unread, None, False
+        if unread is not None and not _was_read(self._unread_call, previous):
+            if draws.correct >= self.profile.correct_rate:  # does not learn: the same unreadable reply again
+                return self._unread_reply(unread)
+            failed = succeeded = None  # corrected: it goes on from where it was
+        reply = self._react(progress, done, previous, failed, succeeded, draws, extra)
         bad = reply.invalid_tool_calls
         self._malformed = bad[0] if bad and not reply.tool_calls else None
+        return reply
+
+    def _unread_reply(self, reply: AIMessage) -> AIMessage:
+        """`reply` (a call written as plain text, or an empty reply) as the model's decision: sent as it is."""
+        self._unread, self._raw = reply, True
         return reply
 
     def _react(
@@ -243,9 +284,10 @@ class SimulatedModel(BaseChatModel):
         failed: Action | None,
         succeeded: ToolCall | None,
         draws: DecisionDraws,
+        extra: ExtraDraws,
     ) -> AIMessage:
         task: EvalTask = self.task
-        override = self._runaway(done) or self._stubborn(succeeded, draws.stubborn)
+        override = self._runaway(done) or self._stubborn(succeeded, draws.stubborn) or self._near_repeat(extra.end)
         if override is not None:
             return override
         if failed is not None and draws.correct >= self.profile.correct_rate:
@@ -254,9 +296,64 @@ class SimulatedModel(BaseChatModel):
         if previous is None and "repeat" in faults:
             faults.remove("repeat")
         fault = faults[int(draws.which * len(faults))] if draws.fault < self.profile.fault_rate else None
+        if fault is None and (other := self._extra_fault(extra.which, done, succeeded)) is not None:
+            return self._other(other, task, progress, succeeded, extra.detail)
         if done:
-            return _finish(task, fault)
+            return _finish(task, fault, wrong=bool(self._wrong))
         return self._step(task.plan[progress], fault, previous, draws.detail)
+
+    def _extra_fault(self, draw: float, done: bool, succeeded: ToolCall | None) -> str | None:
+        """The fault with its own rate that `draw` picks, if it applies at this decision."""
+        bound, fault = 0.0, None
+        profile: FaultProfile = self.profile
+        for name, rate in profile.extra_rates():
+            bound += rate
+            if draw < bound:
+                fault = name
+                break
+        if fault is None:
+            return None
+        if done and fault != "empty":
+            return None  # the others are mistakes on the way to the answer
+        if fault == "near_repeat" and (succeeded is None or succeeded["name"] not in NEAR_REPEAT_TWEAKS):
+            return None
+        return fault
+
+    def _other(self, fault: str, task: EvalTask, progress: int, succeeded: ToolCall | None, detail: float) -> AIMessage:
+        """The reply of a fault with its own rate."""
+        if fault == "empty":
+            return self._unread_reply(AIMessage(""))
+        if fault == "premature":
+            return AIMessage(PREMATURE_ANSWER)
+        if fault == "near_repeat":
+            assert succeeded is not None
+            self._near = (succeeded, 0)
+            return self._near_repeat(1.0) or _call(succeeded["name"], succeeded["args"])
+        step = task.plan[progress]
+        if fault == "wrong_args":
+            args = _wrong_args(step.args, detail)
+            self._wrong[progress] = args
+            return _call(step.tool, args)
+        # text_call: the call written as text, as a model whose tool-call template failed writes it
+        self._unread_call = _call(step.tool, step.args).tool_calls[0]
+        if self.protocol == "tool_calling":
+            text = json.dumps({"name": step.tool, "arguments": step.args}, ensure_ascii=False)
+        else:
+            text = f"I will use {step.tool} with {json.dumps(step.args, ensure_ascii=False)}."
+        return self._unread_reply(AIMessage(text))
+
+    def _near_repeat(self, draw: float) -> AIMessage | None:
+        """The next call of a near-repeat loop (the same tool, its argument changed once more each time), left
+        with probability correct_rate at each decision after the first."""
+        if self._near is None:
+            return None
+        call, repeats = self._near
+        if repeats and draw < self.profile.correct_rate:
+            self._near = None
+            return None
+        self._near = (call, repeats + 1)
+        key, suffix = NEAR_REPEAT_TWEAKS[call["name"]]
+        return _call(call["name"], {**call["args"], key: f"{call['args'][key]}{suffix * (repeats + 1)}"})
 
     def _runaway(self, done: bool) -> AIMessage | None:
         """The next runaway call, if the model has run away (drawn once, when the answer is first known)."""
@@ -319,6 +416,21 @@ class DecisionDraws(NamedTuple):
     stubborn: float  # a stubborn loop: starts below stubborn_rate, ends below correct_rate
 
 
+class ExtraDraws(NamedTuple):
+    """The draws of one decision for the faults with their own rates, from a generator of their own, so that
+    with those rates at 0 every run is the same as without them."""
+
+    which: float  # which of them, if any: each takes its rate's share of [0, 1)
+    end: float  # a near-repeat loop ends below correct_rate
+    detail: float  # a wrong argument: which value it gets
+
+
+def extra_draws(seed: int, index: int) -> ExtraDraws:
+    """The extra draws of decision `index` (1, 2, ...) of a run seeded `seed`: the same for every agent."""
+    rng = random.Random(f"{seed}/extra/{index}")
+    return ExtraDraws(*(rng.random() for _ in ExtraDraws._fields))
+
+
 def decision_draws(seed: int, index: int) -> DecisionDraws:
     """The draws of decision `index` (1, 2, ...) of a run seeded `seed`: the same for every agent."""
     rng = random.Random(f"{seed}/decision/{index}")
@@ -331,14 +443,38 @@ def tool_draws(seed: int, index: int) -> tuple[float, float]:
     return rng.random(), rng.random()
 
 
-def _finish(task: EvalTask, fault: str | None) -> AIMessage:
-    """The reply once the plan is done: the answer, or the mistake `fault` in its place."""
+def _finish(task: EvalTask, fault: str | None, *, wrong: bool = False) -> AIMessage:
+    """The reply once the plan is done: the answer, or the mistake `fault` in its place; `wrong`: a step was
+    done with wrong arguments, so the answer it reaches is wrong too."""
     if fault == "no_stop":
         step = task.plan[-1]
         return _call(step.tool, step.args)
-    if fault == "wrong_answer":
-        return AIMessage("I am not sure; the answer may be 42.")
+    if fault == "wrong_answer" or wrong:
+        return AIMessage(WRONG_ANSWER)
     return AIMessage(task.answer)
+
+
+def _wrong_args(args: dict[str, Any], detail: float) -> dict[str, Any]:
+    """`args` with one value wrong but of the right type: a digit of a string changed, a number off by one, or
+    a string with a word added; which argument, by `detail`."""
+    key = list(args)[int(detail * len(args))]
+    value = args[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return {**args, key: value}  # nothing to change it into that is still valid: the same, done wrong
+    if not isinstance(value, str):
+        return {**args, key: value + 1}
+    digit = next((i for i, ch in enumerate(value) if ch.isdigit()), None)
+    if digit is None:
+        return {**args, key: f"{value} (draft)"}
+    changed = str((int(value[digit]) + 1) % 10)
+    return {**args, key: value[:digit] + changed + value[digit + 1 :]}
+
+
+def _was_read(call: ToolCall | None, previous: Action | None) -> bool:
+    """Whether the agent read the plain-text call `call`: the last call its prompt shows is that call."""
+    if call is None or previous is None or _malformed(previous):
+        return False
+    return previous["name"] == call["name"] and previous["args"] == call["args"]
 
 
 def _runaway_call(number: int) -> AIMessage:
@@ -438,8 +574,9 @@ def _observed(messages: Sequence[BaseMessage], previous: Action | None) -> tuple
     return None, None
 
 
-def _progress(task: EvalTask, messages: Sequence[BaseMessage]) -> int:
-    """Plan steps done: successful observations of the plan's tools, in order."""
+def _progress(task: EvalTask, messages: Sequence[BaseMessage], wrong: dict[int, dict[str, Any]] | None = None) -> int:
+    """Plan steps done: successful observations of the plan's tools, in order; a step done with the wrong
+    arguments `wrong` holds for it counts as done (the model does not know)."""
     names = {}
     for message in messages:
         if isinstance(message, AIMessage):
@@ -450,7 +587,7 @@ def _progress(task: EvalTask, messages: Sequence[BaseMessage]) -> int:
             continue
         call = names.get(message.tool_call_id)
         step = task.plan[progress]
-        if call is not None and call["name"] == step.tool and call["args"] == step.args:
+        if call is not None and call["name"] == step.tool and call["args"] in (step.args, (wrong or {}).get(progress)):
             progress += 1
     return progress
 
