@@ -10,9 +10,9 @@ tool output, the token budget of each model call, summaries of what leaves the w
 
 Shared by every seed: none retries a failed tool in place (its error goes back to the model), and none has a
 reflection or re-plan turn before its error or dead-loop breaker, so every preset sets ``tool_attempts=1``,
-``error_reflection=False`` and ``max_replans=0``. A seed without an error breaker gets an `error_threshold` one above its
-iteration limit, which the streak cannot reach within the run's rounds; a seed without a dead-loop rule gets
-``loop_window=1``, so that calls are never compared across decisions.
+``error_reflection=False`` and ``max_replans=0``. A seed without an error breaker gets an `error_threshold`
+one above its iteration limit, which the streak cannot reach within the run's rounds; a seed without a
+dead-loop rule gets ``loop_window=1``, so that calls are never compared across decisions.
 
 With ``tool_attempts=1`` reinloop's default tool-run budget (`max_tool_attempts` None) is one run per round:
 it runs out with the rounds, and such a run ends as ``max_iterations``, as the seed's does.

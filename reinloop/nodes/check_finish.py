@@ -25,7 +25,7 @@ from reinloop.breakers import BREAKERS
 from reinloop.context import AgentContext
 from reinloop.state import AgentState, RunState
 
-__all__ = ["REFLECTION_TEMPLATE", "REPLAN_TEMPLATE", "REPLANNED", "check_finish"]
+__all__ = ["REFLECTION_TEMPLATE", "REPLANNED", "REPLAN_TEMPLATE", "check_finish"]
 
 REFLECTION_TEMPLATE = (
     "Your last {count} attempts failed:\n{errors}\nTry another tool, other arguments, or answer with what you know."

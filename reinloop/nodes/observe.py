@@ -6,9 +6,9 @@ order requested, rejected calls and answers from cache included, each outcome as
 tool output already cut; or one note when the reply could not be parsed), the error streak
 (`consecutive_errors`: each error, refusals included, adds one, a real tool success resets it, an answer from
 cache leaves it as it is, a call retried in place counts once; `streak_errors`: one line per error, for the
-reflection turn; `reflected_at` and `replans`, cleared with the streak), `call_window` (what became of each call, for the
-repeat guards of `reinloop.repeats`) and `tool_attempts` (the runs of this round's calls, retries included,
-added).
+reflection turn; `reflected_at` and `replans`, cleared with the streak), `call_window` (what became of each
+call, for the repeat guards of `reinloop.repeats`) and `tool_attempts` (the runs of this round's calls,
+retries included, added).
 """
 
 from __future__ import annotations
