@@ -66,8 +66,9 @@ def run_benchmark(
 
             real = stack.enter_context(model_from_settings(LOCAL if local else model, base_url, protocol))
             profile = FaultProfile(fault_rate=0.0, tool_fault_rate=0.0, correct_rate=1.0)
-            # The others need native tool calls; a model with a text protocol runs with reinloop only.
-            agents = AGENTS if real.protocol == "tool_calling" else ("reinloop",)
+            # The presets write their own protocols; the others meet a text protocol's model through
+            # native calls read from its text (`WrittenToolCalls`).
+            agents = AGENTS
         total, done = tasks * len(agents), 0
 
         def advance(agent: str, task: str) -> None:

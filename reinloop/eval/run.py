@@ -376,6 +376,13 @@ def run_task(agent: str, task: EvalTask, profile: FaultProfile, seed: int, folde
     else:
         model = real.model
         tools = faulty_tools(default_toolset(workspace, model=model), FaultProfile(tool_fault_rate=0.0), 0, stats)
+        if real.protocol != "tool_calling" and agent != "reinloop":
+            # The peers call tools natively: they get the model's protocol as native calls (WrittenToolCalls).
+            from reinloop.eval.written_calls import WrittenToolCalls
+            from reinloop.protocols import get_protocol
+
+            protocol = real.decision_protocol or get_protocol(real.protocol)
+            model = WrittenToolCalls(model=real.model, protocol=protocol)
     crashed = False
     with _collected_between_runs():
         start = time.perf_counter()
