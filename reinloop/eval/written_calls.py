@@ -41,10 +41,11 @@ class WrittenToolCalls(BaseChatModel):
     def bind_tools(self, tools: Sequence[Any], *, tool_choice: str | None = None, **kwargs: Any) -> Runnable[Any, Any]:
         registry = ToolRegistry([tool for tool in tools if isinstance(tool, BaseTool)])
         protocol: WrittenProtocol = self.protocol
+        bound = protocol.bind(self.model, registry)  # as reinloop binds it: the embedded model's grammar too
 
         def decide(messages: list[BaseMessage], config: RunnableConfig) -> AIMessage:
             # The model call is the only one the callbacks see: the prompt as the model gets it.
-            reply = self.model.invoke(self.prompt(messages, registry), config)
+            reply = bound.invoke(self.prompt(messages, registry), config)
             decision, stored = read_reply(protocol, reply, registry)
             if decision["kind"] == "unparsable" or stored is None:
                 bad = {"type": "invalid_tool_call", "id": new_call_id(), "name": None, "args": decision["raw"]}
