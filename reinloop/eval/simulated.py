@@ -74,6 +74,20 @@ instead of moving on (or answering); at each later decision it stops repeating w
 `correct_rate`, else repeats the call again, whatever the agent answered (the tool's result, an earlier
 result, a refusal). A model that has run away repeats nothing.
 
+Five more faults have a rate each (`wrong_args_rate`, `near_repeat_rate`, `premature_rate`,
+`text_call_rate`, `empty_rate`; 0 in `FaultProfile`, 0.02 each per decision in `reinloop eval` unless told
+otherwise) and draws of their own: at a decision with no other fault, one draw picks at most one of them, each
+by its rate. Wrong arguments: the plan's next call with one value changed (a digit, a number off by one, a
+word added): valid, so it runs; the model takes it as the step done and its final answer is wrong (only the
+task's check catches it). Near-repeat loop: after a successful `calculator` or `web_search` call, the same tool
+with its argument changed once more each time (" + 0", " again"), valid and never identical, left with
+probability `correct_rate` at each later decision. Premature answer: an answer before the plan is done, which
+cannot hold the task's value. A call written as plain text: the plan's next call as the reply's text, a JSON
+object `{"name": ..., "arguments": ...}` for native tool calls (what an open model writes when its server's
+tool-call template fails), "I will use <tool> with <arguments>." in a text protocol. An empty reply. The last
+two are unreadable replies: unless the agent read the call from the text (its next prompt shows that call),
+the reply failed, and the model repeats it or corrects itself by `correct_rate`, as after a malformed call.
+
 The model writes in the agent's protocol (`protocol`): native tool calls, or the text of the json, react or
 call_tool protocol, the same decisions and the same faults in each; a malformed call is the call with the same
 unterminated arguments in that format. It reads its prompt back through the protocol, each `Observation:`

@@ -1,0 +1,102 @@
+"""Regenerates docs/evaluation.md: the fault grids on the reporting seeds, and the real-model benchmark.
+
+    .venv/bin/python benchmarks/evaluation_page.py --workers 2 --real-model real-model-benchmark
+
+Runs four grids (six points each: fault rates 0.1 0.3 0.5 x correct rates 0.3 0.7, seeds 100-102, 50 tasks):
+the default profile and the loops profile (runaway and stubborn loops at 0.2), each with the five faults that
+have their own rates at `reinloop eval`'s 0.02 and with them off. `--real-model DIR` adds the tables
+`benchmarks/real_model.py` wrote to DIR. About 8 minutes with two workers on an idle 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from reinloop.eval import FaultProfile, GridSpec, run_grid
+from reinloop.eval.grid import REFERENCE, markdown_grid, markdown_paired_grid
+from reinloop.eval.simulated import EXTRA_FAULT_RATE, EXTRA_FAULTS, FAULT_MODEL
+
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "evaluation.md"
+LOOPS = {"runaway_rate": 0.2, "stubborn_rate": 0.2}
+EXTRA_ON = {f"{fault}_rate": EXTRA_FAULT_RATE for fault in EXTRA_FAULTS}
+LOOP_FLAGS = " --runaway-rate 0.2 --stubborn-rate 0.2"
+PROFILES: dict[str, tuple[str, dict[str, Any], str]] = {
+    "default": ("the default profile", {**EXTRA_ON}, ""),
+    "loops": ("the loops profile", {**LOOPS, **EXTRA_ON}, LOOP_FLAGS),
+    "default-classic": ("the default profile without the five newer faults", {}, " --no-extra"),
+    "loops-classic": ("the loops profile without the five newer faults", {**LOOPS}, LOOP_FLAGS + " --no-extra"),
+}
+NO_EXTRA = " ".join(f"--{fault.replace('_', '-')}-rate 0" for fault in EXTRA_FAULTS)
+
+
+def headline(points: list[dict[str, Any]]) -> str:
+    """Per point: reinloop and the reference peer (the re-asking one), paired, and the cost per success."""
+    lines = [
+        f"| fault / correct | reinloop | {REFERENCE} | only reinloop solved | only the peer solved "
+        "| difference (95% interval) | tokens per successful run, reinloop / peer |",
+        "| --- |" + " ---: |" * 6,
+    ]
+    for point in points:
+        mine, peer, pair = point["agents"]["reinloop"], point["agents"][REFERENCE], point["paired"][REFERENCE]
+        lines.append(
+            f"| {point['fault_rate']:g} / {point['correct_rate']:g} | {mine['success_rate']:.1%} | "
+            f"{peer['success_rate']:.1%} | {pair['wins']:.0f} | {pair['losses']:.0f} | "
+            f"{pair['difference'] * 100:+.1f} pp ({pair['low'] * 100:+.1f} to {pair['high'] * 100:+.1f}) | "
+            f"{mine['tokens_per_success']:,.0f} / {peer['tokens_per_success']:,.0f} "
+            f"({point['tokens_per_success_vs_reference']:.2f}x) |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=Path("evaluation-grids"), help="where each grid's files go")
+    parser.add_argument("--real-model", type=Path, help="a folder benchmarks/real_model.py wrote")
+    parser.add_argument("--page", type=Path, default=PAGE)
+    parser.add_argument("--reuse", action="store_true", help="read a grid --out already holds instead of rerunning it")
+    args = parser.parse_args()
+    sections = []
+    for name, (title, rates, flags) in PROFILES.items():
+        saved = args.out / name / "grid.json"
+        if args.reuse and saved.exists():
+            points = json.loads(saved.read_text())["points"]
+        else:
+            started, cpu = time.perf_counter(), time.process_time()
+            spec = GridSpec(base=replace(FaultProfile(), **rates))
+            points = run_grid(spec, out=args.out / name, workers=args.workers).points
+            wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+            print(f"{name}: {wall:.0f} s wall, {cpu:.0f} s CPU in the parent process", flush=True)
+        command = f".venv/bin/reinloop eval --grid --workers 2{flags.replace(' --no-extra', ' ' + NO_EXTRA)}"
+        sections.append(
+            f"## {title[0].upper()}{title[1:]}\n\n```bash\n{command}\n```\n\n"
+            f"reinloop and {REFERENCE}, paired over each point's 150 runs:\n\n{headline(points)}\n\n"
+            f"Every agent (success over the three seeds, mean and min-max):\n\n{markdown_grid(points)}\n\n"
+            f"Every peer paired with reinloop:\n\n{markdown_paired_grid(points)}\n"
+        )
+    real = ""
+    if args.real_model is not None:
+        real = (
+            "## A real model: the embedded Gemma 3 270M\n\n```bash\n.venv/bin/python benchmarks/real_model.py "
+            f"--out {args.real_model}\n```\n\n{(args.real_model / 'real-model.md').read_text()}\n"
+        )
+    page = (
+        "# Evaluation figures\n\nGenerated by `benchmarks/evaluation_page.py` (the command at the top of that file); "
+        "each section gives the command that reproduces its tables. Seeds 100-102 (the reporting seeds), 50 "
+        "tasks, budget 20 rounds. The README's Evaluation section explains the instrument.\n\n"
+        + "\n".join(sections)
+        + real
+        + f"\n## The fault model\n\n{FAULT_MODEL}\n"
+    )
+    args.page.parent.mkdir(parents=True, exist_ok=True)
+    args.page.write_text(page)
+    print(f"wrote {args.page}")
+
+
+if __name__ == "__main__":
+    main()
