@@ -329,7 +329,7 @@ def test_failing_mcp_calls_are_errors_that_end_the_streak_and_are_not_retried(
         for n in range(8)
     ]
     model = ScriptedChatModel(replies=[*failing, "gave up"])
-    agent = build_agent(model, list(tools.values()), config=AgentConfig(tool_backoff_s=0.0))
+    agent = build_agent(model, list(tools.values()), config=AgentConfig(tool_backoff_s=0.0, max_replans=0))
     result = agent.invoke({"task": "t"}) if mode == "invoke" else asyncio.run(agent.ainvoke({"task": "t"}))
     assert result["finish_reason"] == "error_streak"
     assert result["tool_attempts"] == result["consecutive_errors"] == len(observations(model)) + 1

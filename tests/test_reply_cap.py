@@ -165,7 +165,8 @@ def test_the_embedded_model_is_capped_for_llama_cpp_too(tmp_path):
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_a_run_whose_every_reply_is_cut_runs_no_call_and_ends_as_error_streak(protocol, recorder):
     model = ScriptedChatModel(respond=lambda messages: cut_reply(ADD_CALLS[protocol]), max_calls=20)
-    agent = build_agent(model, [recorder.add], config=AgentConfig(protocol=protocol), checkpointer=InMemorySaver())
+    config = AgentConfig(protocol=protocol, max_replans=0)
+    agent = build_agent(model, [recorder.add], config=config, checkpointer=InMemorySaver())
     result = agent.invoke({"task": "Add 1 and 2."}, new_thread())
     assert recorder.runs == [] and not [m for m in result["messages"] if isinstance(m, ToolMessage)]
     # Each round: the cut reply, its retry (cut again), one error; the fourth error, after the reflection turn.
@@ -265,7 +266,7 @@ def assert_nothing_ran(values):
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_the_command_caps_a_server_that_never_stops_and_ends_the_run_as_error_streak(runaway, tmp_path, protocol):
-    code, values = run_cli(runaway, tmp_path, "--protocol", protocol)
+    code, values = run_cli(runaway, tmp_path, "--protocol", protocol, "--max-replans", "0")
     assert (code, values["finish_reason"]) == (EXIT_CODES["error_streak"], "error_streak")
     assert_capped(runaway, DEFAULT_REPLY_TOKENS)
     assert_nothing_ran(values)  # every reply held a complete calculator call, cut off
@@ -285,7 +286,7 @@ def test_the_command_ends_a_runaway_within_its_run_token_budget(runaway, tmp_pat
 def test_build_agent_caps_a_model_string_pointed_at_a_server_by_openai_base_url(runaway, recorder, monkeypatch):
     monkeypatch.setenv("OPENAI_BASE_URL", runaway.base_url)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    agent = build_agent("openai:runaway", [recorder.calculator], config=AgentConfig(max_reply_tokens=64),
+    agent = build_agent("openai:runaway", [recorder.calculator], config=AgentConfig(max_reply_tokens=64, max_replans=0),
                         checkpointer=InMemorySaver())  # fmt: skip
     result = agent.invoke({"task": "What is 23 * 19?"}, new_thread())
     assert result["finish_reason"] == "error_streak" and recorder.runs == []

@@ -55,7 +55,7 @@ def lookup_tool(body: Counting, **fields: Any) -> StructuredTool:
 
 def run(tools: Any, replies: list[Any], *, sync: bool = True, **config: Any) -> tuple[dict[str, Any], Any]:
     model = ScriptedChatModel(replies=replies)
-    agent = build_agent(model, tools, config=AgentConfig(**{**NO_WAIT, **config}))
+    agent = build_agent(model, tools, config=AgentConfig(**{**NO_WAIT, "max_replans": 0, **config}))
     if sync:
         return agent.invoke({"task": "look it up"}), model
     return asyncio.run(agent.ainvoke({"task": "look it up"})), model

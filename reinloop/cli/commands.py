@@ -40,7 +40,14 @@ DEFAULT_APPROVALS = ("file_write", "db_insert")
 # The key of a `stream_mode="updates"` chunk holding the interrupts a run stopped at (LangGraph made its own
 # constant for it private).
 INTERRUPTS_KEY = "__interrupt__"
-LIMITS = ("max_iterations", "error_threshold", "tool_timeout_s", "context_token_budget", "run_token_budget")
+LIMITS = (
+    "max_iterations",
+    "error_threshold",
+    "max_replans",
+    "tool_timeout_s",
+    "context_token_budget",
+    "run_token_budget",
+)
 RATES = (
     "fault_rate",
     "tool_fault_rate",

@@ -196,6 +196,7 @@ def _agent_options() -> argparse.ArgumentParser:
     options.add_argument("--protocol", choices=PROTOCOL_CHOICES, help="how the model states decisions")
     options.add_argument("--max-iterations", type=int, metavar="N", help=_limit_help("max_iterations"))
     options.add_argument("--error-threshold", type=int, metavar="N", help=_limit_help("error_threshold"))
+    options.add_argument("--max-replans", type=int, metavar="N", help=_limit_help("max_replans"))
     options.add_argument("--tool-timeout", type=float, dest="tool_timeout_s", metavar="S",
                          help=_limit_help("tool_timeout_s"))  # fmt: skip
     options.add_argument("--context-token-budget", type=int, metavar="N", help=_limit_help("context_token_budget"))
