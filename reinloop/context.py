@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.messages import BaseMessage
@@ -10,9 +10,10 @@ from langchain_core.runnables import Runnable
 
 from reinloop.config import AgentConfig
 from reinloop.errors import ConfigurationError
+from reinloop.guards import DEFAULT_GUARDS, Guard, fresh_budgets
 from reinloop.memory.tokens import TokenCounter
 from reinloop.protocols import DecisionProtocol
-from reinloop.state import AgentState
+from reinloop.state import FRESH_BUDGETS, AgentState
 from reinloop.tools.injection import check_state_fields, state_keys
 from reinloop.tools.registry import ToolRegistry
 
@@ -36,6 +37,8 @@ class AgentContext:
     state_keys: frozenset[str] = AGENT_STATE_KEYS  # the state's keys: what InjectedState and ToolRuntime.state read
     tool_keys: frozenset[str] = frozenset()  # the state_schema's own keys, which tools may write with a Command
     approvals: frozenset[str] = frozenset()  # the tools whose calls wait for a person's approval (`reinloop.approvals`)
+    guards: tuple[Guard, ...] = DEFAULT_GUARDS  # in table order (`reinloop.guards.guard_table`)
+    fresh: dict[str, Any] = field(default_factory=lambda: fresh_budgets(DEFAULT_GUARDS, FRESH_BUDGETS))
 
     @classmethod
     def create(
@@ -47,6 +50,7 @@ class AgentContext:
         summarizer: Any = None,
         state_schema: type[Any] = AgentState,
         approvals: frozenset[str] = frozenset(),
+        guards: tuple[Guard, ...] = DEFAULT_GUARDS,
     ) -> AgentContext:
         instructions = protocol.instructions(registry)
         system_prompt = "\n\n".join(part for part in (settings.system_prompt, instructions) if part) or None
@@ -73,4 +77,6 @@ class AgentContext:
             keys,
             tool_keys,
             approvals,
+            guards,
+            fresh_budgets(guards, FRESH_BUDGETS),
         )

@@ -43,11 +43,11 @@ from langgraph.types import Command, RetryPolicy, Send, StateUpdate
 
 from reinloop._langgraph import CONFIG_KEY_DURABILITY, RunnableCallable, compiled_graph_fields
 from reinloop.approvals import approval_tools
-from reinloop.breakers import steps_to_stop
 from reinloop.checkpoint import check_checkpointer
 from reinloop.config import MAX_PARSE_RETRIES, AgentConfig, round_steps
 from reinloop.context import AgentContext
 from reinloop.errors import ConfigurationError, ResumeError
+from reinloop.guards import Disable, Guard, guard_table, steps_to_stop
 from reinloop.lease import ahold_thread, hold_thread
 from reinloop.models import is_transient, resolve_model
 from reinloop.nodes import (
@@ -64,7 +64,7 @@ from reinloop.nodes import (
 )
 from reinloop.prompt import assemble, prompt_tokens
 from reinloop.protocols import DecisionProtocol, get_protocol
-from reinloop.state import AgentInput, AgentState, RunState, read_input, run_state, runs
+from reinloop.state import AgentInput, AgentState, RunState, extended, read_input, run_state, runs
 from reinloop.tools.registry import ToolRegistry
 
 T = TypeVar("T")
@@ -180,6 +180,7 @@ def build_agent(
     name: str = "reinloop",
     state_schema: type[Any] = AgentState,
     approve: Sequence[str] | None = None,
+    guards: Sequence[Guard | Disable] = (),
 ) -> CompiledAgent:
     """The agent loop as a compiled LangGraph graph. Invoke it with ``{"task": "..."}``.
 
@@ -198,6 +199,8 @@ def build_agent(
     `approve` names tools whose calls wait for a person to approve, edit or reject them before they run (a
     LangGraph interrupt, answered with ``Command(resume=...)``: `reinloop.approvals`); tools may also declare
     it themselves. Approvals need a `checkpointer` (or ``checkpointer=True``).
+    `guards` adds guards of your own to the built-in ones (`reinloop.guards`): a `Guard` with a built-in
+    guard's name replaces it, ``disable(name)`` drops one; a guard's `state_schema` keys join the state.
     """
     if config is None:
         config = AgentConfig()
@@ -210,7 +213,10 @@ def build_agent(
     summarizer = resolve_model(summary_model, max_reply_tokens=cap) if summary_model is not None else chat_model
     saved = checkpointer is not None and checkpointer is not False
     approvals = approval_tools(registry, approve, has_checkpointer=saved)
-    ctx = _context(chat_model, registry, config, get_protocol(config, protocol), summarizer, state_schema, approvals)
+    table = guard_table(guards)
+    state_schema = extended(state_schema, [guard.state_schema for guard in table if guard.state_schema is not None])
+    protocol = get_protocol(config, protocol)
+    ctx = _context(chat_model, registry, config, protocol, summarizer, state_schema, approvals, table)
 
     model_retry = RetryPolicy(
         initial_interval=config.model_retry_backoff_s,
@@ -219,7 +225,11 @@ def build_agent(
     )
     graph = _diagram(lambda node: _bound(node, ctx), model_retry, state_schema)
     compiled = _Agent.of(
-        graph.compile(checkpointer=checkpointer, store=store, name=name), steps_to_stop(config), config.thread_wait_s
+        graph.compile(checkpointer=checkpointer, store=store, name=name),
+        first_steps=steps_to_stop(config),
+        thread_wait_s=config.thread_wait_s,
+        guards=table,
+        fresh_budgets=ctx.fresh,
     )
     compiled = compiled.with_config(recursion_limit=recursion_limit(config.max_iterations))
     if not saved:
@@ -366,14 +376,24 @@ class _Agent(CompiledStateGraph[RunState, None, Any, AgentState]):
     recursion_limit - 1 steps left, so it is `steps_to_stop`).
     """
 
-    def __init__(self, *, first_steps: int, thread_wait_s: float, **graph: Any) -> None:
+    def __init__(
+        self,
+        *,
+        first_steps: int,
+        thread_wait_s: float,
+        guards: tuple[Guard, ...],
+        fresh_budgets: dict[str, Any],
+        **graph: Any,
+    ) -> None:
         super().__init__(**graph)
         self.first_steps = first_steps
         self.thread_wait_s = thread_wait_s
+        self.guards = guards  # in table order: what ends its runs, with which exit code
+        self.fresh_budgets = fresh_budgets  # what `reinloop.resume` writes for a fresh budget
 
     @classmethod
-    def of(cls, graph: CompiledAgent, first_steps: int, thread_wait_s: float) -> _Agent:
-        return cls(first_steps=first_steps, thread_wait_s=thread_wait_s, **compiled_graph_fields(graph))
+    def of(cls, graph: CompiledAgent, **agent: Any) -> _Agent:
+        return cls(**agent, **compiled_graph_fields(graph))
 
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[Any]:
         checked = _checked(input)
@@ -482,9 +502,10 @@ def _context(
     summarizer: BaseChatModel,
     state_schema: type[Any],
     approvals: frozenset[str],
+    guards: tuple[Guard, ...],
 ) -> AgentContext:
     try:
-        ctx = AgentContext.create(config, registry, protocol, chat_model, summarizer, state_schema, approvals)
+        ctx = AgentContext.create(config, registry, protocol, chat_model, summarizer, state_schema, approvals, guards)
     except NotImplementedError:
         raise ConfigurationError(
             f"{type(chat_model).__name__} does not support native tool calling (bind_tools); "

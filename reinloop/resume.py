@@ -12,6 +12,7 @@ from langgraph.types import StateSnapshot
 
 from reinloop.errors import ConfigurationError, ResumeError
 from reinloop.graph import CHECK_FINISH, CompiledAgent, recursion_limit
+from reinloop.guards import DEFAULT_GUARDS, fresh_budgets
 from reinloop.state import FRESH_BUDGETS
 
 __all__ = ["HINT_TEMPLATE", "Resumable", "prepare_resume", "resume"]
@@ -76,7 +77,9 @@ def prepare_resume(
         raise ResumeError(f"thread {thread_id!r} is already answered; invoke it with a new task instead")
     if reason is None:
         raise ResumeError(f"thread {thread_id!r} has not run yet; invoke it with a task")
-    update: dict[str, Any] = {**FRESH_BUDGETS, "iterations_left": extra_iterations, "correction": None}
+    # The guards' own keys: an agent built here knows its guards; a RemoteGraph's are taken to be the built-in ones.
+    fresh = getattr(agent, "fresh_budgets", None) or fresh_budgets(DEFAULT_GUARDS, FRESH_BUDGETS)
+    update: dict[str, Any] = {**fresh, "iterations_left": extra_iterations, "correction": None}
     if hint:
         update["messages"] = [HumanMessage(HINT_TEMPLATE.format(hint=hint))]
     resumed = agent.update_state(config, update, as_node=CHECK_FINISH)

@@ -11,7 +11,8 @@ The TypedDicts are `typing_extensions.TypedDict`: LangGraph turns them into JSON
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Any, Literal, NotRequired, get_args
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal, NotRequired, get_args, get_type_hints
 
 from langchain_core.messages import AnyMessage
 from langgraph.managed import RemainingSteps
@@ -35,6 +36,7 @@ __all__ = [
     "CallCheck",
     "CallRecord",
     "CallUsage",
+    "Circuit",
     "Decision",
     "ErrorKind",
     "FinishReason",
@@ -44,14 +46,15 @@ __all__ = [
     "ToolOutcome",
     "act",
     "answer",
+    "extended",
     "read_input",
     "run_state",
     "runs",
     "unparsable",
 ]
 
-# Why a run ended. Each reason is one entry in `reinloop.breakers.BREAKERS` (its predicate, priority,
-# final message and exit code); importing that module checks the two agree.
+# Why a run ended: answered, or the reason of the built-in guard that ended it (`reinloop.guards`, which checks
+# at import that the two agree). A guard of your own ends runs with a reason of its own.
 FinishReason = Literal[
     "answered", "max_iterations", "error_streak", "dead_loop", "token_budget", "max_tool_attempts", "step_limit"
 ]
@@ -70,6 +73,7 @@ ErrorKind = Literal[
     "unknown_outcome",  # a non-idempotent call was in flight when the process died; it is not run again
     "over_budget",  # the run's max_tool_attempts was used up before this call could run
     "rejected",  # a person rejected the call before it ran (`reinloop.approvals`); their reason is the feedback
+    "circuit_open",  # the tool's recent calls kept failing: it is not run for a while (`reinloop.guards.tool_circuit`)
 ]
 
 
@@ -148,6 +152,15 @@ class ToolOutcome(TypedDict):
     artifact: NotRequired[Any]
 
 
+class Circuit(TypedDict):
+    """A tool's circuit after failed calls (`reinloop.guards.tool_circuit`); a tool without one is closed."""
+
+    failures: int  # its calls that failed in a row
+    opened: int  # times the circuit opened since the tool last succeeded (0: closed, still counting failures)
+    cooldown: int  # decisions it stays open, this time (doubles after a failed trial)
+    left: int  # decisions left before a trial call may run (0: closed, or half-open)
+
+
 class InDoubtCall(TypedDict):
     """A non-idempotent call that was in flight when its process died: it may or may not have had its effect."""
 
@@ -178,19 +191,14 @@ class CallUsage(TypedDict):
 
 NO_USAGE = TokenUsage(model_calls=0, prompt_tokens=0, completion_tokens=0, total_tokens=0)
 
-# What a fresh budget clears, for a new task on a finished thread and for a resume after a circuit break:
-# the breakers' counters, the outcome, and the iteration, token and tool-attempt budgets (None:
-# config.max_iterations).
+# What a fresh budget clears, for a new task on a finished thread and for a resume after a circuit break: the
+# run's own counters and outcome, and the iteration and token budgets (None: config.max_iterations). Each guard
+# adds its own keys (`Guard.fresh`); `reinloop.guards.fresh_budgets` puts the two together.
 FRESH_BUDGETS: dict[str, Any] = {
     "iterations_left": None,
-    "consecutive_errors": 0,
     "parse_retries": 0,
-    "call_window": [],
-    "streak_errors": [],
     "reflection": None,
-    "reflected_at": None,
     "replans": 0,
-    "tool_attempts": 0,
     "final_answer": None,
     "finish_reason": None,
     "usage": NO_USAGE,
@@ -294,6 +302,9 @@ class AgentState(TypedDict, total=False):
     reflection: str | None
     # Parse retries used on the current decision; validate_args increments, a parsed reply resets.
     parse_retries: int
+    # One circuit per tool that failed since its last success (`reinloop.guards.tool_circuit`); its guard's
+    # observe writes it. Kept across runs of the thread: a tool that is down stays down until a call succeeds.
+    circuits: dict[str, Circuit]
     # Tool runs in this run, retries included, against max_tool_attempts; observe adds, a new run resets.
     tool_attempts: int
     # The answer when finish_reason == "answered"; written by check_finish.
@@ -319,6 +330,26 @@ class RunState(AgentState, total=False):
     # LangGraph steps left under the recursion limit this invocation runs with (a managed value, computed
     # for each step); check_finish reads it (step_limit).
     remaining_steps: RemainingSteps
+
+
+def extended(schema: type[Any], schemas: Sequence[type[Any]]) -> type[Any]:
+    """`schema` with the keys of `schemas` (TypedDicts: the guards' and middleware's own keys) that it does not
+    have: `schema` itself when they add none. A key `schema` has keeps its type and reducer."""
+    hints = get_type_hints(schema, include_extras=True)
+    added: dict[str, Any] = {}
+    for extra in schemas:
+        for key, hint in get_type_hints(extra, include_extras=True).items():
+            if key not in hints and key not in added:
+                added[key] = hint
+    if not added:
+        return schema
+    merged = TypedDict(f"{schema.__name__}With", added, total=False)  # type: ignore[misc]
+
+    class _Extended(schema, merged, total=False):  # type: ignore[misc]
+        pass
+
+    _Extended.__name__ = _Extended.__qualname__ = schema.__name__
+    return _Extended
 
 
 def run_state(schema: type[Any]) -> type[Any]:

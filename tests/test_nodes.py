@@ -6,9 +6,11 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, SystemMessage, ToolMessage
 from langgraph.types import Overwrite
 
+from reinloop.guards import ErrorStreak
+from reinloop.guards.error_streak import REFLECTION_TEMPLATE
+from reinloop.guards.repeats import CACHED_RESULT_TEMPLATE
 from reinloop.nodes import check_finish, circuit_break, compress_memory, decide, execute_tool, observe, validate_args
-from reinloop.nodes.check_finish import REFLECTION_TEMPLATE, REPLAN_TEMPLATE, REPLANNED
-from reinloop.repeats import CACHED_RESULT_TEMPLATE
+from reinloop.nodes.check_finish import REPLAN_TEMPLATE
 from reinloop.state import CallCheck, CallRecord, ToolOutcome, act, answer, unparsable
 from reinloop.testing import ScriptedChatModel, cut_reply, json_action, tool_call
 from reinloop.text import truncate
@@ -556,7 +558,7 @@ def test_check_finish_grants_a_re_plan_turn_in_place_of_an_error_streak_or_a_dea
     assert update["reflection"] == REPLAN_TEMPLATE.format(
         replan=1,
         replans=2,
-        what=REPLANNED["error_streak"],
+        what=ErrorStreak.replan,
         errors="- a(1): boom\n- b(): no",
         left="1 more re-plan is left.",
     )

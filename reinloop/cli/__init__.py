@@ -4,7 +4,7 @@ fault-injection benchmark (`reinloop eval`).
 
 Runs are saved in a SQLite file in the user's data folder (`--db` or REINLOOP_DB to change it: a file path
 or a ``postgresql://`` URL), so any run can be resumed or inspected later by its thread id. Exit codes: one
-per finish reason, from `reinloop.breakers.BREAKERS` (0 answered, 3 max_iterations, 4 error_streak,
+per finish reason, from the built-in guards (`reinloop.guards`; 0 answered, 3 max_iterations, 4 error_streak,
 5 dead_loop, 6 token_budget, 7 max_tool_attempts, 8 step_limit); 2 for a usage or set-up problem (one line,
 no traceback, saved state untouched), 130 for Ctrl-C (saying what was saved and how to continue), 1 for an
 unexpected failure. `python -m reinloop` is the same command.
@@ -23,12 +23,12 @@ import os
 import sys
 from collections.abc import Sequence
 
-from reinloop.breakers import BREAKERS
 from reinloop.errors import ReinloopError
+from reinloop.guards import exit_codes
 
 __all__ = ["EXIT_CODES", "INTERRUPTED", "USAGE_ERROR", "CommandError", "Interrupted", "main"]
 
-EXIT_CODES: dict[str, int] = {entry.reason: entry.exit_code for entry in BREAKERS}
+EXIT_CODES: dict[str, int] = exit_codes()
 USAGE_ERROR = 2
 INTERRUPTED = 130  # 128 + SIGINT, as shells report a command ended by Ctrl-C
 

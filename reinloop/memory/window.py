@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from reinloop.repeats import CACHED_RESULT_PREFIX
+from reinloop.guards.repeats import CACHED_RESULT_PREFIX
 from reinloop.text import gist, truncate
 
 __all__ = [

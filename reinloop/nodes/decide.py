@@ -31,7 +31,7 @@ from reinloop.memory.usage import add_usage, call_usage
 from reinloop.memory.window import pairing_violations
 from reinloop.prompt import fit_to_budget
 from reinloop.protocols import read_reply
-from reinloop.state import FRESH_BUDGETS, NO_USAGE, RAW_KEPT_CHARS, AgentState, Decision, unparsable
+from reinloop.state import NO_USAGE, RAW_KEPT_CHARS, AgentState, Decision, unparsable
 from reinloop.storable import MAX_ARGS_CHARS, MAX_DEPTH, args_problem, clean_text, clean_value, storage_problem
 from reinloop.text import truncate
 
@@ -85,7 +85,7 @@ def _decide(
         if state.get("reflection") is not None:
             update["reflection"] = None
     if new_run:
-        update.update(FRESH_BUDGETS, iteration=0)
+        update.update(ctx.fresh, iteration=0)
     update["last_call"] = last_call
     update["usage"] = add_usage(usage, last_call)
     return update

@@ -1,17 +1,13 @@
 """validate_args: check every requested call before anything runs.
 
-Reads `decision`, `parse_retries`, `call_window`, `calls_seen`, `tool_attempts`, and `messages` (the
-model's thought, for a person reviewing a call). Writes `checks` (each with
-its idempotency key and the attempts it may have), `calls_seen`, `parse_retries`, `correction`, and resets
-`tool_results`. Outcomes: a correction hint for a retry of an unparsable reply; exhausted retries (observe
-reports the parse error); a final answer; and for tool calls one `CallCheck` each, judged by the repeat
-guards (`reinloop.repeats`): ready to run, answered from cache (an identical call succeeded recently), or
-rejected as unknown tool, invalid arguments, a repeated call (feedback), a repeat after that feedback (dead
-loop), or over the run's tool-attempt budget.
-
-A call ready to run may have `tool_attempts` attempts if its tool is retryable, else one, within what is left
-of `max_tool_attempts`: each call of the round gets its first attempt, in order, before any gets a retry, and
-a call for which not even one is left is refused, so that the budget holds.
+Reads `decision`, `parse_retries`, `calls_seen`, `messages` (the model's thought, for a person reviewing a
+call) and what the guards read. Writes `checks` (each with its idempotency key and the attempts it may have),
+`calls_seen`, `parse_retries`, `correction`, and resets `tool_results`. Outcomes: a correction hint for a
+retry of an unparsable reply; exhausted retries (observe reports the parse error); a final answer; and for tool
+calls one `CallCheck` each: rejected as an unknown tool or invalid arguments, else ready to run with
+`tool_attempts` attempts if its tool is retryable (else one); then judged by each guard in table order
+(`reinloop.guards`): the repeat guards answer it from cache or refuse it as a repeated call or a dead loop, the
+tool's circuit refuses it while open, the run's tool-attempt budget cuts its attempts or refuses it.
 
 A call of a tool that needs approval, ready to run, then waits for a person (`reinloop.approvals`): the run
 interrupts here once per such call, in order, and the call is approved, run with the person's arguments, or
@@ -29,9 +25,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.types import Overwrite, interrupt
 
 from reinloop.approvals import NO_REASON, REJECTED_TEMPLATE, answer_schema, approval_request, thought_of
-from reinloop.breakers import tool_attempt_limit
 from reinloop.context import AgentContext
-from reinloop.repeats import RepeatGuard
 from reinloop.state import AgentState, CallCheck, Decision, ErrorKind, runs
 from reinloop.text import truncate
 from reinloop.tools.effects import call_key
@@ -39,7 +33,6 @@ from reinloop.tools.effects import call_key
 __all__ = [
     "CLOSE_TOOL_TEMPLATE",
     "INVALID_ARGS_TEMPLATE",
-    "OVER_BUDGET_TEMPLATE",
     "PARSE_RETRY_TEMPLATE",
     "UNKNOWN_TOOL_TEMPLATE",
     "validate_args",
@@ -52,10 +45,6 @@ UNKNOWN_TOOL_TEMPLATE = "Error: {name!r} is not a valid tool. Call one of [{avai
 CLOSE_NAME_CUTOFF = 0.75
 CLOSE_TOOL_TEMPLATE = "Error: {name!r} is not a valid tool. Did you mean {match!r}?"
 INVALID_ARGS_TEMPLATE = "Error: invalid arguments for {name!r}: {problems}. Expected {signature}."
-OVER_BUDGET_TEMPLATE = (
-    "Error: not run. This run has made all the {limit} tool calls it may make. Give your final answer with "
-    "what you already know."
-)
 
 
 def validate_args(state: AgentState, ctx: AgentContext, config: RunnableConfig) -> dict[str, Any]:
@@ -74,10 +63,11 @@ def validate_args(state: AgentState, ctx: AgentContext, config: RunnableConfig) 
         seen = state.get("calls_seen", 0)
         thread_id = (config.get("configurable") or {}).get("thread_id")
         keys = [call_key(thread_id, seen + number, call["id"]) for number, call in enumerate(decision["calls"], 1)]
-        guard = RepeatGuard.over(state.get("call_window") or [], ctx.settings, ctx.registry)
-        checks = [guard.judge(_check_call(call, key, ctx)) for call, key in zip(decision["calls"], keys, strict=True)]
-        limit = tool_attempt_limit(state, ctx.settings)
-        checks = _allot_attempts(checks, limit, limit - state.get("tool_attempts", 0), ctx)
+        checks = [_check_call(call, key, ctx) for call, key in zip(decision["calls"], keys, strict=True)]
+        for guard in ctx.guards:
+            checks = guard.judge(checks, state, ctx)
+        # A call that does not run has no attempts, whatever a guard left in it.
+        checks = [check if runs(check) else {**check, "attempts": 0} for check in checks]
         update["checks"] = [_reviewed(check, state, ctx) if _needs_review(check, ctx) else check for check in checks]
         update["calls_seen"] = seen + len(checks)
     return update
@@ -88,23 +78,6 @@ def _correction(decision: Decision, ctx: AgentContext) -> str:
     return PARSE_RETRY_TEMPLATE.format(
         error=decision["error"], raw=decision["raw"] or "(empty)", expected=ctx.protocol.expected_format
     )
-
-
-def _allot_attempts(checks: list[CallCheck], limit: int, left: int, ctx: AgentContext) -> list[CallCheck]:
-    """The checks with the attempts of each call ready to run, out of the `left` attempts of the run's `limit`."""
-    spare = left - sum(runs(check) for check in checks)  # attempts left for retries
-    allotted: list[CallCheck] = []
-    for check in checks:
-        if runs(check) and left <= 0:
-            message = OVER_BUDGET_TEMPLATE.format(limit=limit)
-            check = {**check, "error_kind": "over_budget", "error": message}
-        elif runs(check):
-            wanted = ctx.settings.tool_attempts if ctx.registry[check["name"]].retryable else 1
-            retries = min(wanted - 1, max(spare, 0))
-            left, spare = left - 1, spare - retries
-            check = {**check, "attempts": 1 + retries}
-        allotted.append(check)
-    return allotted
 
 
 def _needs_review(check: CallCheck, ctx: AgentContext) -> bool:
@@ -137,7 +110,10 @@ def _check_call(call: dict[str, Any], key: str, ctx: AgentContext) -> CallCheck:
     if problems:
         error = INVALID_ARGS_TEMPLATE.format(name=name, problems="; ".join(problems), signature=entry.signature)
         return _check(call_id, name, args, _signature(name, args), key, "invalid_args", error)
-    return _check(call_id, name, args, _signature(name, canonical), key, None, None)
+    check = _check(call_id, name, args, _signature(name, canonical), key, None, None)
+    # In-place retries are for retryable tools; the guards may cut them (the run's budget, a failing tool).
+    check["attempts"] = ctx.settings.tool_attempts if entry.retryable else 1
+    return check
 
 
 def _unknown_tool(name: str, names: Sequence[str]) -> str:

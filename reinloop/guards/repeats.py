@@ -1,4 +1,4 @@
-"""The repeat guards: what becomes of an identical call, given what the recent ones came to.
+"""The repeat guards (`dead_loop`): what becomes of an identical call, given what the recent ones came to.
 
 An identical call is the same tool with the same canonical arguments (invalid arguments: as sent). The
 window is the last `loop_window` decisions that called tools, the current one included; `call_window` in
@@ -14,7 +14,10 @@ Each requested call is judged in order, by the first rule that applies:
    feedback (`repeated_call`); it does not run.
 4. Otherwise it runs, or gets its validation error.
 
-Answers from cache and refusals are the result messages of their calls; they are not tool runs.
+Answers from cache and refusals are the result messages of their calls; they are not tool runs. `dead_loop`
+ends the run in a round in which rule 1 refused a call (unless a re-plan turn is granted: the record of recent
+calls then starts afresh). Its state: `call_window`, which observe's hook advances; its settings: `loop_window`,
+`max_repeats`, `loop_key`, `repeats_after_feedback` and `repeats_after_cache` of `AgentConfig`.
 
 `AgentConfig.loop_key` says what the counts of rules 1 and 3 are kept by: "call" (the default), the identical
 call as above; "tool", the tool whatever its arguments (seed 004's dead-loop rule: the same tool more than
@@ -27,12 +30,19 @@ A record saved before records named their tool counts towards its call only, nev
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from reinloop.config import AgentConfig, LoopKey
-from reinloop.state import CallCheck, CallRecord, ErrorKind, ToolOutcome
+from reinloop.guards.base import Guard, Round
+from reinloop.state import AgentState, CallCheck, CallRecord, ErrorKind, RunState, ToolOutcome
+from reinloop.text import counted, truncate
 from reinloop.tools.registry import ToolRegistry
+
+if TYPE_CHECKING:
+    from reinloop.context import AgentContext
 
 __all__ = [
     "CACHED_RESULT_TEMPLATE",
@@ -41,8 +51,11 @@ __all__ = [
     "REFUSALS",
     "REPEATED_CALL_TEMPLATE",
     "REPEATED_TOOL_TEMPLATE",
-    "RepeatGuard",
+    "DeadLoop",
+    "RepeatCounts",
     "advance_window",
+    "call_text",
+    "horizon",
     "record",
 ]
 
@@ -72,7 +85,7 @@ REFUSALS: frozenset[ErrorKind] = frozenset({"repeated_call", "repeat_after_feedb
 
 
 @dataclass
-class RepeatGuard:
+class RepeatCounts:
     """The rules above, over the earlier decisions of the window and the calls of this one judged so far."""
 
     settings: AgentConfig
@@ -86,7 +99,7 @@ class RepeatGuard:
     results: dict[str, str | None] = field(default_factory=dict)
 
     @classmethod
-    def over(cls, window: list[list[CallRecord]], settings: AgentConfig, registry: ToolRegistry) -> RepeatGuard:
+    def over(cls, window: list[list[CallRecord]], settings: AgentConfig, registry: ToolRegistry) -> RepeatCounts:
         guard = cls(settings, registry)
         # A window holds the current decision's place too: the earlier decisions are its last size - 1.
         for records in _earlier(window, settings.loop_window):
@@ -181,3 +194,64 @@ def advance_window(
 ) -> list[list[CallRecord]]:
     """The window after a decision whose calls came to `records`: the last `horizon` decisions."""
     return [*window, records][-horizon(settings) :]
+
+
+# A call quoted in the final message is cut to this length.
+QUOTE_CHARS = 300
+
+
+class DeadLoop(Guard):
+    """The repeat guards above, and the `dead_loop` stop."""
+
+    name = reason = "dead_loop"
+    exit_code = 5
+    template = (
+        "Stopped: a dead loop. {repeats} kept coming after being refused more than {times_after_feedback}, or "
+        "answered from cache more than {times_after_cache}, within {horizon} decisions: {repeated}"
+    )
+    replan = "you keep repeating a call that was refused:"
+
+    @property
+    def fresh(self) -> dict[str, Any]:
+        return {"call_window": []}
+
+    def judge(self, checks: list[CallCheck], state: AgentState, ctx: AgentContext) -> list[CallCheck]:
+        counts = RepeatCounts.over(state.get("call_window") or [], ctx.settings, ctx.registry)
+        return [counts.judge(check) for check in checks]
+
+    def observe(self, state: AgentState, round: Round, ctx: AgentContext) -> dict[str, Any]:
+        if round.parse_error is not None:
+            return {}
+        records = [record(seen.check, seen.outcome) for seen in round.calls]
+        return {"call_window": advance_window(state.get("call_window") or [], records, ctx.settings)}
+
+    def trips(self, state: RunState, ctx: AgentContext) -> bool:
+        # Rule 1 refused a call this round, before it ran.
+        return any(check["error_kind"] == "repeat_after_feedback" for check in state.get("checks", []))
+
+    def fields(self, state: AgentState, ctx: AgentContext) -> dict[str, Any]:
+        settings = ctx.settings
+        return {
+            "max_repeats": settings.max_repeats,
+            "loop_window": settings.loop_window,
+            "repeats_after_feedback": settings.repeats_after_feedback,
+            "times_after_feedback": counted(settings.repeats_after_feedback, "time"),
+            "repeats_after_cache": settings.repeats_after_cache,
+            "times_after_cache": counted(settings.repeats_after_cache, "time"),
+            "horizon": horizon(settings),
+            "repeats": "Calls of the same tool" if settings.loop_key == "tool" else "The same call",
+            "repeated": ", ".join(
+                call_text(check) for check in state.get("checks", []) if check["error_kind"] == "repeat_after_feedback"
+            ),
+        }
+
+    def failed_attempts(self, state: AgentState, ctx: AgentContext) -> list[str]:
+        return [f"{check['name']}: {check['error']}" for check in state.get("checks", []) if check["error"]]
+
+    def replanned(self, state: AgentState, ctx: AgentContext) -> dict[str, Any]:
+        return {"call_window": []}
+
+
+def call_text(check: CallCheck) -> str:
+    """A call as the model wrote it, `name({arguments})`, cut to a quotable length."""
+    return truncate(f"{check['name']}({json.dumps(check['args'], ensure_ascii=False, default=str)})", QUOTE_CHARS)

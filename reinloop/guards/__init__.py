@@ -1,0 +1,148 @@
+"""The guards: one file each, every one a `Guard` (`reinloop.guards.base`), the built-in ones and yours alike.
+
+`DEFAULT_GUARDS` are the built-in guards in table order, the order check_finish tries them in (after
+`answered`, which is not a guard: an answer on the last round still wins) and validate_args has them judge a
+round's calls in: `dead_loop` (`repeats`), `error_streak`, `tool_circuit`, `token_budget`,
+`max_tool_attempts` (`tool_attempts`), `max_iterations`, `step_limit`. `guard_table` puts a user's guards
+among them for `build_agent(guards=...)`: a guard with a built-in one's name replaces it where it stands,
+`disable(name)` drops one, and any other guard goes before `max_iterations` and `step_limit`, the two that end
+every run that goes on too long, so that a guard that trips on the last round names its own reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from reinloop.errors import ConfigurationError
+from reinloop.guards.base import Guard, Round, Seen, common_fields
+from reinloop.guards.error_streak import ErrorStreak
+from reinloop.guards.max_iterations import MaxIterations
+from reinloop.guards.repeats import DeadLoop
+from reinloop.guards.step_limit import StepLimit, steps_to_stop
+from reinloop.guards.token_budget import TokenBudget
+from reinloop.guards.tool_attempts import ToolAttempts, tool_attempt_limit
+from reinloop.guards.tool_circuit import ToolCircuit
+from reinloop.state import FINISH_REASONS
+
+__all__ = [
+    "ANSWERED_EXIT_CODE",
+    "DEFAULT_GUARDS",
+    "RESERVED_EXIT_CODES",
+    "DeadLoop",
+    "Disable",
+    "ErrorStreak",
+    "Guard",
+    "MaxIterations",
+    "Round",
+    "Seen",
+    "StepLimit",
+    "TokenBudget",
+    "ToolAttempts",
+    "ToolCircuit",
+    "common_fields",
+    "disable",
+    "exit_codes",
+    "fresh_budgets",
+    "guard_table",
+    "steps_to_stop",
+    "tool_attempt_limit",
+]
+
+DEFAULT_GUARDS: tuple[Guard, ...] = (
+    DeadLoop(),
+    ErrorStreak(),
+    # ToolCircuit(),
+    TokenBudget(),
+    ToolAttempts(),
+    MaxIterations(),
+    StepLimit(),
+)
+ANSWERED_EXIT_CODE = 0
+# The `reinloop` command's own statuses: 1 a crash, 2 a usage error, 130 Ctrl-C.
+RESERVED_EXIT_CODES = frozenset({ANSWERED_EXIT_CODE, 1, 2, 130})
+# User guards go before these.
+_LAST = ("max_iterations", "step_limit")
+
+
+@dataclass(frozen=True, slots=True)
+class Disable:
+    """Drops the guard of this name from the table (`disable`)."""
+
+    name: str
+
+
+def disable(name: str) -> Disable:
+    """For `build_agent(guards=[...])`: the built-in guard `name` is not used (e.g. ``disable("tool_circuit")``)."""
+    return Disable(name)
+
+
+def guard_table(guards: Iterable[Guard | Disable] = (), base: Iterable[Guard] = DEFAULT_GUARDS) -> tuple[Guard, ...]:
+    """`base` with `guards` put in: replacing a guard of the same name, dropping the disabled, the rest added
+    before the last budget guards. Raises `ConfigurationError` for a clash or an unknown name."""
+    table = list(base)
+    names = [guard.name for guard in table]
+    added: list[Guard] = []
+    for guard in guards:
+        if isinstance(guard, Disable):
+            if guard.name not in names:
+                raise ConfigurationError(f"disable({guard.name!r}): no such guard; the guards are {names}")
+            del table[names.index(guard.name)]
+            names.remove(guard.name)
+        elif not isinstance(guard, Guard):
+            raise ConfigurationError(f"guards must be Guard objects or disable(name), got {type(guard).__name__}")
+        elif guard.name in names:
+            table[names.index(guard.name)] = guard
+        else:
+            added.append(guard)
+    at = next((index for index, guard in enumerate(table) if guard.name in _LAST), len(table))
+    table[at:at] = added
+    _check(table)
+    return tuple(table)
+
+
+def _check(table: list[Guard]) -> None:
+    names = [guard.name for guard in table]
+    if any(not name for name in names) or len(set(names)) != len(names):
+        raise ConfigurationError(f"every guard needs a name of its own: {names}")
+    enders = [guard for guard in table if guard.reason is not None]
+    reasons = ["answered", *(guard.reason for guard in enders)]
+    if len(set(reasons)) != len(reasons):
+        raise ConfigurationError(f"every guard that ends runs needs a finish reason of its own: {reasons}")
+    for guard in enders:
+        if guard.exit_code is None or guard.exit_code in RESERVED_EXIT_CODES or not 0 < guard.exit_code < 256:
+            raise ConfigurationError(
+                f"guard {guard.name!r} needs an exit_code from 3 to 255 other than 130, got {guard.exit_code!r}"
+            )
+        if guard.template is None and type(guard).message is Guard.message:
+            raise ConfigurationError(f"guard {guard.name!r} ends runs: give it a template (its final message)")
+    codes = [guard.exit_code for guard in enders]
+    if len(set(codes)) != len(codes):
+        raise ConfigurationError(f"guards need distinct exit codes: {dict(zip(reasons[1:], codes, strict=True))}")
+
+
+def exit_codes(guards: Iterable[Guard] = DEFAULT_GUARDS) -> dict[str, int]:
+    """The `reinloop` command's exit status for each finish reason of `guards`."""
+    codes = {"answered": ANSWERED_EXIT_CODE}
+    codes.update({guard.reason: guard.exit_code for guard in guards if guard.reason and guard.exit_code})
+    return codes
+
+
+def fresh_budgets(guards: Iterable[Guard], base: Mapping[str, Any]) -> dict[str, Any]:
+    """What a fresh budget writes: `base` (the run's own counters) and every guard's `fresh` values."""
+    fresh = dict(base)
+    for guard in guards:
+        fresh.update(guard.fresh)
+    return fresh
+
+
+def _check_built_ins() -> None:
+    # A developer error in this package, caught at import rather than at the end of some run.
+    built_in = ["answered", *(guard.reason for guard in DEFAULT_GUARDS if guard.reason is not None)]
+    if sorted(built_in) != sorted(FINISH_REASONS):
+        raise ConfigurationError(f"the built-in guards' reasons {built_in} must be FinishReason's {FINISH_REASONS}")
+    _check(list(DEFAULT_GUARDS))
+
+
+_check_built_ins()

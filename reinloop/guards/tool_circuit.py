@@ -1,0 +1,104 @@
+"""The per-tool circuit breaker (`tool_circuit`): a tool that keeps failing is not run for a while.
+
+Each tool has a circuit, closed until `failures` calls of it in a row failed (raised, timed out or returned
+nothing usable; a call's in-place retries count once). Then it opens: calls of the tool are refused without
+running (`circuit_open`), and the model is told the tool is unavailable, for how many decisions, and to use
+another tool or answer. After `cooldown` decisions it is half-open: the first call of the tool runs as a
+trial, and its outcome closes the circuit or opens it again for twice as long. A tool whose last call failed
+gets no in-place retries until a call of it succeeds (its failure is evidently not a transient one), so a tool
+that always fails runs at most `tool_attempts` + `failures` - 1 times before its circuit opens, then once per
+trial. The guard never ends a run: refused calls are errors, which the error streak counts.
+
+Its state, saved with the thread (`reinloop show` lists it): `circuits`, one `Circuit` per tool that failed
+since its last success; its settings: this guard's constructor's.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from reinloop.errors import ConfigurationError
+from reinloop.guards.base import Guard, Round
+from reinloop.state import AgentState, CallCheck, Circuit, ErrorKind, runs
+from reinloop.text import counted
+
+if TYPE_CHECKING:
+    from reinloop.context import AgentContext
+
+__all__ = ["CIRCUIT_OPEN_TEMPLATE", "TOOL_FAILURES", "TRIAL_UNDER_WAY_TEMPLATE", "ToolCircuit"]
+
+CIRCUIT_OPEN_TEMPLATE = (
+    "Error: not run: {name!r} is unavailable: its last {failed} failed. It can be tried again in {left}. "
+    "Use another tool, or answer with what you know."
+)
+TRIAL_UNDER_WAY_TEMPLATE = (
+    "Error: not run: {name!r} has been failing; only one call of it is tried this decision, and another one is. "
+    "Wait for its result."
+)
+# What counts as a failure of the tool itself (not of the model's call, which validation catches first).
+TOOL_FAILURES: frozenset[ErrorKind] = frozenset({"tool_error", "timeout", "empty_result"})
+
+
+class ToolCircuit(Guard):
+    """One circuit per tool: closed, open for a number of decisions, half-open for one trial call."""
+
+    name = "tool_circuit"
+
+    def __init__(self, failures: int = 3, cooldown: int = 3) -> None:
+        if failures < 1 or cooldown < 1:
+            raise ConfigurationError(f"ToolCircuit needs failures >= 1 and cooldown >= 1, got {failures}, {cooldown}")
+        self.failures = failures
+        self.cooldown = cooldown
+
+    @property
+    def fresh(self) -> dict[str, Any]:
+        return {}  # a tool that is down stays down across runs of the thread; a success closes its circuit
+
+    def judge(self, checks: list[CallCheck], state: AgentState, ctx: AgentContext) -> list[CallCheck]:
+        circuits = state.get("circuits") or {}
+        trials: set[str] = set()
+        judged: list[CallCheck] = []
+        for check in checks:
+            circuit = circuits.get(check["name"])
+            if circuit is None or not runs(check):
+                judged.append(check)
+                continue
+            name = check["name"]
+            if circuit["left"] > 0:
+                message = CIRCUIT_OPEN_TEMPLATE.format(
+                    name=name, failed=counted(circuit["failures"], "call"), left=counted(circuit["left"], "decision")
+                )
+                check = {**check, "error_kind": "circuit_open", "error": message, "attempts": 0}
+            elif name in trials:
+                check = {**check, "error_kind": "circuit_open", "error": TRIAL_UNDER_WAY_TEMPLATE.format(name=name)}
+                check["attempts"] = 0
+            else:
+                trials.add(name)
+                check = {**check, "attempts": 1}  # no in-place retries for a tool that is failing
+            judged.append(check)
+        return judged
+
+    def observe(self, state: AgentState, round: Round, ctx: AgentContext) -> dict[str, Any]:
+        before = state.get("circuits") or {}
+        # A decision went by: open circuits count down towards their trial.
+        circuits = {
+            name: Circuit(**{**circuit, "left": max(circuit["left"] - 1, 0)}) for name, circuit in before.items()
+        }
+        for seen in round.calls:
+            if seen.outcome is None:
+                continue
+            name, circuit = seen.check["name"], circuits.get(seen.check["name"])
+            if seen.error_kind is None:
+                circuits.pop(name, None)  # a success closes it
+            elif seen.error_kind in TOOL_FAILURES:
+                circuits[name] = self._failed(circuit)
+        return {"circuits": circuits} if circuits != before else {}
+
+    def _failed(self, circuit: Circuit | None) -> Circuit:
+        failures = 1 if circuit is None else circuit["failures"] + 1
+        if circuit is not None and circuit["opened"] > 0:  # a trial failed: open again, for twice as long
+            cooldown = 2 * circuit["cooldown"]
+            return Circuit(failures=failures, opened=circuit["opened"] + 1, cooldown=cooldown, left=cooldown)
+        if failures >= self.failures:
+            return Circuit(failures=failures, opened=1, cooldown=self.cooldown, left=self.cooldown)
+        return Circuit(failures=failures, opened=0, cooldown=0, left=0)
