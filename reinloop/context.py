@@ -12,6 +12,7 @@ from reinloop.config import AgentConfig
 from reinloop.errors import ConfigurationError
 from reinloop.guards import DEFAULT_GUARDS, Guard, fresh_budgets
 from reinloop.memory.tokens import TokenCounter
+from reinloop.middleware import NO_MIDDLEWARE, Middleware
 from reinloop.protocols import DecisionProtocol
 from reinloop.state import FRESH_BUDGETS, AgentState
 from reinloop.tools.injection import check_state_fields, state_keys
@@ -39,6 +40,8 @@ class AgentContext:
     approvals: frozenset[str] = frozenset()  # the tools whose calls wait for a person's approval (`reinloop.approvals`)
     guards: tuple[Guard, ...] = DEFAULT_GUARDS  # in table order (`reinloop.guards.guard_table`)
     fresh: dict[str, Any] = field(default_factory=lambda: fresh_budgets(DEFAULT_GUARDS, FRESH_BUDGETS))
+    middleware: Middleware = NO_MIDDLEWARE  # LangChain middleware run inside the nodes (`reinloop.middleware`)
+    chat_model: Any = None  # the model as given, before the protocol bound it (what middleware requests name)
 
     @classmethod
     def create(
@@ -51,6 +54,7 @@ class AgentContext:
         state_schema: type[Any] = AgentState,
         approvals: frozenset[str] = frozenset(),
         guards: tuple[Guard, ...] = DEFAULT_GUARDS,
+        middleware: Middleware = NO_MIDDLEWARE,
     ) -> AgentContext:
         instructions = protocol.instructions(registry)
         system_prompt = "\n\n".join(part for part in (settings.system_prompt, instructions) if part) or None
@@ -79,4 +83,6 @@ class AgentContext:
             approvals,
             guards,
             fresh_budgets(guards, FRESH_BUDGETS),
+            middleware,
+            chat_model,
         )

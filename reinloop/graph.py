@@ -31,6 +31,7 @@ from typing import (
     get_type_hints,
 )
 
+from langchain.agents.middleware import AgentMiddleware
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableConfig, ensure_config
 from langchain_core.runnables.config import merge_configs
@@ -49,8 +50,10 @@ from reinloop.context import AgentContext
 from reinloop.errors import ConfigurationError, ResumeError
 from reinloop.guards import Disable, Guard, guard_table, steps_to_stop
 from reinloop.lease import ahold_thread, hold_thread
+from reinloop.middleware import UNUSED_KEYS, Middleware
 from reinloop.models import is_transient, resolve_model
 from reinloop.nodes import (
+    acheck_finish,
     acompress_memory,
     adecide,
     aexecute_tool,
@@ -143,8 +146,8 @@ def route_after_validate_args(state: AgentState) -> AfterValidateArgs | list[Sen
     # 1. An unparsable reply with a retry left: ask again, with the correction hint (retry edge).
     if state.get("correction"):
         return DECIDE
-    # 2. A final answer: nothing to run.
-    if state["decision"]["kind"] == "answer":
+    # 2. A final answer, or a middleware's stop: nothing to run.
+    if state["decision"]["kind"] in ("answer", "stop"):
         return CHECK_FINISH
     # 3. Valid calls run, one task each, so each finished call is checkpointed on its own; calls answered
     #    from cache or refused do not run.
@@ -181,6 +184,7 @@ def build_agent(
     state_schema: type[Any] = AgentState,
     approve: Sequence[str] | None = None,
     guards: Sequence[Guard | Disable] = (),
+    middleware: Sequence[AgentMiddleware[Any, Any, Any]] = (),
 ) -> CompiledAgent:
     """The agent loop as a compiled LangGraph graph. Invoke it with ``{"task": "..."}``.
 
@@ -199,6 +203,8 @@ def build_agent(
     `approve` names tools whose calls wait for a person to approve, edit or reject them before they run (a
     LangGraph interrupt, answered with ``Command(resume=...)``: `reinloop.approvals`); tools may also declare
     it themselves. Approvals need a `checkpointer` (or ``checkpointer=True``).
+    `middleware` runs LangChain `AgentMiddleware` (the shipped ones, yours, the decorator forms) at their
+    places inside the nodes (`reinloop.middleware`): their tools join the agent's, their state keys its state.
     `guards` adds guards of your own to the built-in ones (`reinloop.guards`): a `Guard` with a built-in
     guard's name replaces it, ``disable(name)`` drops one; a guard's `state_schema` keys join the state.
     """
@@ -206,7 +212,11 @@ def build_agent(
         config = AgentConfig()
     elif not isinstance(config, AgentConfig):
         raise ConfigurationError(f"config must be an AgentConfig, got {type(config).__name__}")
+    hooks = Middleware.of(middleware)
     registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
+    for tool in hooks.tools:
+        if tool.name not in registry:  # a registry given twice with the same middleware has it already
+            registry.add(tool)
     # A model string gets the reply cap, and so does the summarizer's: a summary (summary_max_chars) fits in it.
     cap = config.max_reply_tokens
     chat_model = resolve_model(model, max_reply_tokens=cap)
@@ -214,9 +224,10 @@ def build_agent(
     saved = checkpointer is not None and checkpointer is not False
     approvals = approval_tools(registry, approve, has_checkpointer=saved)
     table = guard_table(guards)
-    state_schema = extended(state_schema, [guard.state_schema for guard in table if guard.state_schema is not None])
+    schemas = [guard.state_schema for guard in table if guard.state_schema is not None] + hooks.state_schemas
+    state_schema = extended(state_schema, schemas, skip=UNUSED_KEYS)
     protocol = get_protocol(config, protocol)
-    ctx = _context(chat_model, registry, config, protocol, summarizer, state_schema, approvals, table)
+    ctx = _context(chat_model, registry, config, protocol, summarizer, state_schema, approvals, table, hooks)
 
     model_retry = RetryPolicy(
         initial_interval=config.model_retry_backoff_s,
@@ -285,6 +296,7 @@ _ASYNC_FORMS: dict[Callable[..., Any], Callable[..., Awaitable[dict[str, Any]]]]
     decide: adecide,
     compress_memory: acompress_memory,
     execute_tool: aexecute_tool,
+    check_finish: acheck_finish,
 }
 
 
@@ -503,9 +515,12 @@ def _context(
     state_schema: type[Any],
     approvals: frozenset[str],
     guards: tuple[Guard, ...],
+    middleware: Middleware,
 ) -> AgentContext:
     try:
-        ctx = AgentContext.create(config, registry, protocol, chat_model, summarizer, state_schema, approvals, guards)
+        ctx = AgentContext.create(
+            config, registry, protocol, chat_model, summarizer, state_schema, approvals, guards, middleware
+        )
     except NotImplementedError:
         raise ConfigurationError(
             f"{type(chat_model).__name__} does not support native tool calling (bind_tools); "

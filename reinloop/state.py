@@ -50,13 +50,21 @@ __all__ = [
     "read_input",
     "run_state",
     "runs",
+    "stopped",
     "unparsable",
 ]
 
 # Why a run ended: answered, or the reason of the built-in guard that ended it (`reinloop.guards`, which checks
 # at import that the two agree). A guard of your own ends runs with a reason of its own.
 FinishReason = Literal[
-    "answered", "max_iterations", "error_streak", "dead_loop", "token_budget", "max_tool_attempts", "step_limit"
+    "answered",
+    "max_iterations",
+    "error_streak",
+    "dead_loop",
+    "token_budget",
+    "max_tool_attempts",
+    "step_limit",
+    "middleware",
 ]
 FINISH_REASONS: tuple[FinishReason, ...] = get_args(FinishReason)
 
@@ -73,6 +81,7 @@ ErrorKind = Literal[
     "unknown_outcome",  # a non-idempotent call was in flight when the process died; it is not run again
     "over_budget",  # the run's max_tool_attempts was used up before this call could run
     "rejected",  # a person rejected the call before it ran (`reinloop.approvals`); their reason is the feedback
+    "blocked",  # a middleware hook answered the call before it ran (`reinloop.middleware`); its message is the feedback
     "circuit_open",  # the tool's recent calls kept failing: it is not run for a while (`reinloop.guards.tool_circuit`)
 ]
 
@@ -82,13 +91,19 @@ RAW_KEPT_CHARS = 2_000
 
 
 class Decision(TypedDict):
-    """The model's latest reply, read by the protocol: tool calls, a final answer, or unparsable text."""
+    """The model's latest reply, read by the protocol: tool calls, a final answer, or unparsable text; or a
+    middleware's stop before or after the model call."""
 
-    kind: Literal["act", "answer", "unparsable"]
+    kind: Literal["act", "answer", "unparsable", "stop"]
     calls: list[dict[str, Any]]  # LangChain ToolCall dicts when kind == "act"
     answer: str | None  # the final answer when kind == "answer"
     raw: str | None  # the reply text when kind == "unparsable", cut to RAW_KEPT_CHARS
     error: str | None  # why it could not be parsed
+    # kind == "stop": a middleware hook ended the run (jump_to "end"); its message (`reinloop.middleware`)
+    stop: NotRequired[str]
+    # Calls of the reply that an after_model middleware hook answered (a ToolMessage of its own), by call id:
+    # they do not run, and the hook's message is their observation. Absent: none.
+    blocked: NotRequired[dict[str, str]]
 
 
 def act(calls: list[dict[str, Any]]) -> Decision:
@@ -101,6 +116,10 @@ def answer(text: str) -> Decision:
 
 def unparsable(raw: str, error: str) -> Decision:
     return Decision(kind="unparsable", calls=[], answer=None, raw=raw, error=error)
+
+
+def stopped(message: str) -> Decision:
+    return Decision(kind="stop", calls=[], answer=None, raw=None, error=None, stop=message)
 
 
 class CallCheck(TypedDict):
@@ -332,14 +351,14 @@ class RunState(AgentState, total=False):
     remaining_steps: RemainingSteps
 
 
-def extended(schema: type[Any], schemas: Sequence[type[Any]]) -> type[Any]:
+def extended(schema: type[Any], schemas: Sequence[type[Any]], skip: frozenset[str] = frozenset()) -> type[Any]:
     """`schema` with the keys of `schemas` (TypedDicts: the guards' and middleware's own keys) that it does not
-    have: `schema` itself when they add none. A key `schema` has keeps its type and reducer."""
+    have, but those in `skip`: `schema` itself when they add none. A key `schema` has keeps its type and reducer."""
     hints = get_type_hints(schema, include_extras=True)
     added: dict[str, Any] = {}
     for extra in schemas:
         for key, hint in get_type_hints(extra, include_extras=True).items():
-            if key not in hints and key not in added:
+            if key not in hints and key not in added and key not in skip:
                 added[key] = hint
     if not added:
         return schema

@@ -2,11 +2,12 @@
 
 `DEFAULT_GUARDS` are the built-in guards in table order, the order check_finish tries them in (after
 `answered`, which is not a guard: an answer on the last round still wins) and validate_args has them judge a
-round's calls in: `dead_loop` (`repeats`), `error_streak`, `tool_circuit`, `token_budget`,
-`max_tool_attempts` (`tool_attempts`), `max_iterations`, `step_limit`. `guard_table` puts a user's guards
-among them for `build_agent(guards=...)`: a guard with a built-in one's name replaces it where it stands,
-`disable(name)` drops one, and any other guard goes before `max_iterations` and `step_limit`, the two that end
-every run that goes on too long, so that a guard that trips on the last round names its own reason.
+round's calls in: `middleware` (a LangChain middleware's stop), `dead_loop` (`repeats`), `error_streak`,
+`tool_circuit`, `token_budget`, `max_tool_attempts` (`tool_attempts`), `max_iterations`, `step_limit`.
+`guard_table` puts a user's guards among them for `build_agent(guards=...)`: a guard with a built-in one's name
+replaces it where it stands, `disable(name)` drops one, and any other guard goes before `max_iterations` and
+`step_limit`, the two that end every run that goes on too long, so that a guard that trips on the last round
+names its own reason.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from reinloop.errors import ConfigurationError
 from reinloop.guards.base import Guard, Round, Seen, common_fields
 from reinloop.guards.error_streak import ErrorStreak
 from reinloop.guards.max_iterations import MaxIterations
+from reinloop.guards.middleware_stop import MiddlewareStop
 from reinloop.guards.repeats import DeadLoop
 from reinloop.guards.step_limit import StepLimit, steps_to_stop
 from reinloop.guards.token_budget import TokenBudget
@@ -35,6 +37,7 @@ __all__ = [
     "ErrorStreak",
     "Guard",
     "MaxIterations",
+    "MiddlewareStop",
     "Round",
     "Seen",
     "StepLimit",
@@ -51,6 +54,7 @@ __all__ = [
 ]
 
 DEFAULT_GUARDS: tuple[Guard, ...] = (
+    MiddlewareStop(),
     DeadLoop(),
     ErrorStreak(),
     # ToolCircuit(),

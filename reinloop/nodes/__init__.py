@@ -4,7 +4,7 @@ The nodes that wait on I/O have an async form beside their sync one, the same lo
 (`reinloop.drivers`): `adecide`, `acompress_memory`, `aexecute_tool`.
 """
 
-from reinloop.nodes.check_finish import check_finish
+from reinloop.nodes.check_finish import acheck_finish, check_finish
 from reinloop.nodes.circuit_break import circuit_break
 from reinloop.nodes.compress_memory import acompress_memory, compress_memory
 from reinloop.nodes.decide import adecide, decide
@@ -13,6 +13,7 @@ from reinloop.nodes.observe import observe
 from reinloop.nodes.validate_args import validate_args
 
 __all__ = [
+    "acheck_finish",
     "acompress_memory",
     "adecide",
     "aexecute_tool",

@@ -12,7 +12,7 @@ max_iterations; step_limit (the steps left under this invocation's recursion lim
 and a circuit break). The stop of a guard with a `replan` (dead_loop, error_streak) is replaced by a re-plan
 turn while `max_replans` allows: the next decision is shown what kept failing, and the guards forget the
 failed attempts; a later guard (the budgets) may still end the run in the same round. Or the run goes on
-(`finish_reason` None).
+(`finish_reason` None). When the run ends, the middleware's after_agent hooks run (`reinloop.middleware`).
 """
 
 from __future__ import annotations
@@ -20,11 +20,13 @@ from __future__ import annotations
 from typing import Any, cast
 
 from reinloop.context import AgentContext
+from reinloop.drivers import Steps, adrive, drive
 from reinloop.guards import Guard
 from reinloop.guards.error_streak import listed
+from reinloop.middleware import current_runtime
 from reinloop.state import RunState
 
-__all__ = ["REPLAN_TEMPLATE", "check_finish"]
+__all__ = ["REPLAN_TEMPLATE", "acheck_finish", "check_finish"]
 
 REPLAN_TEMPLATE = (
     "Re-plan ({replan} of {replans}): {what}\n{errors}\nThose attempts will not work. Make a new plan from what "
@@ -33,6 +35,23 @@ REPLAN_TEMPLATE = (
 
 
 def check_finish(state: RunState, ctx: AgentContext) -> dict[str, Any]:
+    return drive(_ended(state, _check_finish(state, ctx), ctx))
+
+
+async def acheck_finish(state: RunState, ctx: AgentContext) -> dict[str, Any]:
+    """`check_finish` under ainvoke/astream: awaits the middleware's async after_agent hooks."""
+    return await adrive(_ended(state, _check_finish(state, ctx), ctx))
+
+
+def _ended(state: RunState, update: dict[str, Any], ctx: AgentContext) -> Steps[dict[str, Any]]:
+    """`update`, with what the middleware's after_agent hooks write when the run ends (`reinloop.middleware`)."""
+    if update.get("finish_reason") is None or not ctx.middleware.with_hook("after_agent"):
+        return update
+    written = yield from ctx.middleware.after_agent({**state, **update}, current_runtime())
+    return {**update, **written}
+
+
+def _check_finish(state: RunState, ctx: AgentContext) -> dict[str, Any]:
     left = state.get("iterations_left")
     counted: dict[str, Any] = {
         "iteration": state.get("iteration", 0) + 1,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
@@ -29,9 +29,10 @@ from reinloop.errors import InputError, InvariantError
 from reinloop.memory.long_term import memory_namespace, recall_steps
 from reinloop.memory.usage import add_usage, call_usage
 from reinloop.memory.window import pairing_violations
+from reinloop.middleware import ModelTurn, model_turn, rewritten
 from reinloop.prompt import fit_to_budget
 from reinloop.protocols import read_reply
-from reinloop.state import NO_USAGE, RAW_KEPT_CHARS, AgentState, Decision, unparsable
+from reinloop.state import NO_USAGE, RAW_KEPT_CHARS, AgentState, Decision, stopped, unparsable
 from reinloop.storable import MAX_ARGS_CHARS, MAX_DEPTH, args_problem, clean_text, clean_value, storage_problem
 from reinloop.text import truncate
 
@@ -74,21 +75,57 @@ def _decide(
         raise InputError('the agent needs a task: invoke it with {"task": "..."}')
     new_run = state.get("finish_reason") is not None
     memories = yield from _recall(state, ctx, config, store)
-    prompt, counted = build_prompt(state, ctx, memories)
-    reply = yield from invoke(ctx.model, prompt)
-    decision, stored = _storable(*read_reply(ctx.protocol, reply, ctx.registry))
-    last_call = call_usage("decide", reply, counted, ctx.counter)
+    if ctx.middleware.around_model:
+        turn, counts = yield from _model_turn(state, ctx, memories, new_run or "usage" not in state)
+    else:
+        prompt, counted = build_prompt(state, ctx, memories)
+        turn, counts = ModelTurn(replies=[((yield from invoke(ctx.model, prompt)), prompt)]), [counted]
+    return _decided(state, ctx, turn, counts, new_run)
+
+
+def _decided(state: AgentState, ctx: AgentContext, turn: ModelTurn, counts: list[int], new_run: bool) -> dict[str, Any]:
+    """decide's update after its model call (`turn`, each reply's prompt tokens in `counts`)."""
     usage = NO_USAGE if new_run else state.get("usage", NO_USAGE)
-    update: dict[str, Any] = {"decision": decision, "correction": None}
+    update: dict[str, Any] = {"correction": None, **turn.written}
+    if turn.task is not None:
+        update["task"] = clean_text(turn.task)
+    for (reply, _), counted in zip(turn.replies, counts, strict=True):
+        update["last_call"] = call_usage("decide", reply, counted, ctx.counter)
+        usage = add_usage(usage, update["last_call"])
+    if turn.stop is not None:
+        decision, stored = stopped(clean_text(turn.stop)), None
+    else:
+        decision, stored = _storable(*read_reply(ctx.protocol, turn.replies[-1][0], ctx.registry))
+        if turn.blocked and decision["kind"] == "act":
+            decision = {**decision, "blocked": clean_value(turn.blocked)}
+    update["decision"] = decision
+    written: list[Any] = rewritten(turn.window) if turn.window is not None else []
     if stored is not None:
-        update["messages"] = [_short_thought(stored, ctx.settings.thought_max_chars)]
+        written.append(_short_thought(stored, ctx.settings.thought_max_chars))
         if state.get("reflection") is not None:
             update["reflection"] = None
+    if written:
+        update["messages"] = written
     if new_run:
         update.update(ctx.fresh, iteration=0)
-    update["last_call"] = last_call
-    update["usage"] = add_usage(usage, last_call)
+    update["usage"] = usage
     return update
+
+
+def _model_turn(
+    state: AgentState, ctx: AgentContext, memories: list[str], starts: bool
+) -> Steps[tuple[ModelTurn, list[int]]]:
+    """The model call with the middleware's hooks around it (`reinloop.middleware`); each reply with the
+    tokens of its prompt."""
+    counts: list[int] = []  # each prompt's tokens, in the order the model was called
+
+    def prompt_for(shown: dict[str, Any]) -> list[BaseMessage]:
+        prompt, counted = build_prompt(cast(AgentState, shown), ctx, memories)
+        counts.append(counted)
+        return prompt
+
+    turn = yield from model_turn(ctx.middleware, ctx, dict(state), prompt_for, starts)
+    return turn, counts
 
 
 def build_prompt(state: AgentState, ctx: AgentContext, memories: Sequence[str] = ()) -> tuple[list[BaseMessage], int]:

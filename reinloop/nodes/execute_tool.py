@@ -97,7 +97,7 @@ async def aexecute_tool(check: CallCheck, ctx: AgentContext, config: RunnableCon
 
 def _execute_tool(check: CallCheck, ctx: AgentContext, config: RunnableConfig) -> Steps[dict[str, Any]]:
     name = check["name"]
-    entry = ctx.registry[name]
+    entry = ctx.middleware.wrapped(ctx.registry[name], check["call_id"], ctx)
     if not entry.idempotent and _in_flight_at_a_crash(config):
         doubt = InDoubtCall(call_id=check["call_id"], name=name, args=check["args"], key=check["key"])
         update = _outcome(check, UNKNOWN_OUTCOME_TEMPLATE.format(name=name), "unknown_outcome", attempts=0)

@@ -3,9 +3,10 @@
 Reads `decision`, `parse_retries`, `calls_seen`, `messages` (the model's thought, for a person reviewing a
 call) and what the guards read. Writes `checks` (each with its idempotency key and the attempts it may have),
 `calls_seen`, `parse_retries`, `correction`, and resets `tool_results`. Outcomes: a correction hint for a
-retry of an unparsable reply; exhausted retries (observe reports the parse error); a final answer; and for tool
-calls one `CallCheck` each: rejected as an unknown tool or invalid arguments, else ready to run with
-`tool_attempts` attempts if its tool is retryable (else one); then judged by each guard in table order
+retry of an unparsable reply; exhausted retries (observe reports the parse error); a final answer or a
+middleware's stop; and for tool calls one `CallCheck` each: answered by a middleware hook (`blocked`),
+rejected as an unknown tool or invalid arguments, else ready to run with `tool_attempts` attempts if its tool
+is retryable (else one); then judged by each guard in table order
 (`reinloop.guards`): the repeat guards answer it from cache or refuse it as a repeated call or a dead loop, the
 tool's circuit refuses it while open, the run's tool-attempt budget cuts its attempts or refuses it.
 
@@ -63,7 +64,8 @@ def validate_args(state: AgentState, ctx: AgentContext, config: RunnableConfig) 
         seen = state.get("calls_seen", 0)
         thread_id = (config.get("configurable") or {}).get("thread_id")
         keys = [call_key(thread_id, seen + number, call["id"]) for number, call in enumerate(decision["calls"], 1)]
-        checks = [_check_call(call, key, ctx) for call, key in zip(decision["calls"], keys, strict=True)]
+        blocked = decision.get("blocked") or {}
+        checks = [_check_call(call, key, ctx, blocked) for call, key in zip(decision["calls"], keys, strict=True)]
         for guard in ctx.guards:
             checks = guard.judge(checks, state, ctx)
         # A call that does not run has no attempts, whatever a guard left in it.
@@ -100,8 +102,10 @@ def _reviewed(check: CallCheck, state: AgentState, ctx: AgentContext) -> CallChe
     return {**check, "args": args, "signature": signature, "review": "edited"}
 
 
-def _check_call(call: dict[str, Any], key: str, ctx: AgentContext) -> CallCheck:
+def _check_call(call: dict[str, Any], key: str, ctx: AgentContext, blocked: dict[str, str]) -> CallCheck:
     name, args, call_id = call["name"], call.get("args") or {}, call["id"]
+    if call_id in blocked:  # a middleware hook answered it (`reinloop.middleware`)
+        return _check(call_id, name, args, _signature(name, args), key, "blocked", blocked[call_id])
     entry = ctx.registry.get(name)
     if entry is None:
         error = _unknown_tool(name, ctx.registry.names)

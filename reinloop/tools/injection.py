@@ -34,7 +34,16 @@ from langgraph.prebuilt.tool_node import ToolRuntime
 from reinloop._langgraph import CONFIG_KEY_READ, CONFIG_KEY_RUNTIME, get_all_injected_args
 from reinloop.errors import ConfigurationError
 
-__all__ = ["NO_INJECTION", "Injection", "check_state_fields", "inject", "injection_of", "state_keys"]
+__all__ = [
+    "NO_INJECTION",
+    "Injection",
+    "check_state_fields",
+    "inject",
+    "injection_of",
+    "read_state",
+    "state_keys",
+    "tool_runtime",
+]
 
 NO_STORE_TEMPLATE = (
     "tool {name!r} takes the store ({arg!r}: InjectedStore or ToolRuntime.store), but the agent has none: "
@@ -134,19 +143,31 @@ def inject(
             raise ConfigurationError(NO_STORE_TEMPLATE.format(name=tool.name, arg=injection.store))
         injected[injection.store] = store
     if injection.runtime is not None:
-        injected[injection.runtime] = ToolRuntime(
-            state=state,
-            context=getattr(runtime, "context", None),
-            config=config,
-            stream_writer=getattr(runtime, "stream_writer", _no_writer),
-            tool_call_id=call_id,
-            store=store,
-            tools=tools,
-            execution_info=getattr(runtime, "execution_info", None),
-            server_info=getattr(runtime, "server_info", None),
-        )
+        injected[injection.runtime] = tool_runtime(config, state, call_id, tools)
     model_args = {key: value for key, value in args.items() if key not in injection.keys}
     return {"type": "tool_call", "name": tool.name, "args": {**model_args, **injected}, "id": call_id}
+
+
+def tool_runtime(config: RunnableConfig, state: dict[str, Any], call_id: str, tools: list[BaseTool]) -> ToolRuntime:
+    """LangGraph's runtime for one tool call, as ToolNode builds it: for `ToolRuntime` arguments, and for the
+    requests of LangChain middleware's `wrap_tool_call` (`reinloop.middleware`)."""
+    runtime = (config.get("configurable") or {}).get(CONFIG_KEY_RUNTIME)
+    return ToolRuntime(
+        state=state,
+        context=getattr(runtime, "context", None),
+        config=config,
+        stream_writer=getattr(runtime, "stream_writer", _no_writer),
+        tool_call_id=call_id,
+        store=getattr(runtime, "store", None),
+        tools=tools,
+        execution_info=getattr(runtime, "execution_info", None),
+        server_info=getattr(runtime, "server_info", None),
+    )
+
+
+def read_state(config: RunnableConfig, keys: frozenset[str]) -> dict[str, Any]:
+    """The state as the step began, inside a `Send` task (`_read_state`); {} outside a graph."""
+    return _read_state(config.get("configurable") or {}, keys)
 
 
 def _read_state(configurable: Mapping[str, Any], keys: frozenset[str]) -> dict[str, Any]:
