@@ -15,6 +15,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from reinloop import AgentConfig, build_agent, sqlite_checkpointer
 from reinloop.context import AgentContext
+from reinloop.guards import disable
 from reinloop.protocols import get_protocol
 from reinloop.testing import ScriptedChatModel
 from reinloop.tools import ToolRegistry
@@ -72,7 +73,11 @@ def gate() -> Iterator[Gate]:
     g.released.set()
 
 
-def make_agent(replies, tools=(add, lookup, explode), checkpointer=None, summary_model=None, **config):
+# For tests of another guard on a tool that keeps failing: without the tool's circuit, which would open.
+NO_CIRCUIT = (disable("tool_circuit"),)
+
+
+def make_agent(replies, tools=(add, lookup, explode), checkpointer=None, summary_model=None, guards=(), **config):
     model = ScriptedChatModel(replies=list(replies))
     agent = build_agent(
         model,
@@ -80,6 +85,7 @@ def make_agent(replies, tools=(add, lookup, explode), checkpointer=None, summary
         config=AgentConfig(**config),
         checkpointer=checkpointer or InMemorySaver(),
         summary_model=summary_model,
+        guards=guards,
     )
     return agent, model
 

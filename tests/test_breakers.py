@@ -17,6 +17,7 @@ def test_the_table_has_one_entry_per_finish_reason_in_the_documented_priority():
     assert sorted(REASONS) == sorted(FINISH_REASONS)
     assert REASONS == [
         "answered",
+        "middleware",
         "dead_loop",
         "error_streak",
         "token_budget",
@@ -34,6 +35,7 @@ def test_the_cli_exit_codes_come_from_the_table():
         "dead_loop": 5,
         "token_budget": 6,
         "max_tool_attempts": 7,
+        "middleware": 9,
         "step_limit": 8,
     }
     assert all(EXIT_CODES[guard.reason] == guard.exit_code for guard in DEFAULT_GUARDS if guard.reason)

@@ -14,7 +14,7 @@ from reinloop import AgentConfig, AgentInput, ConfigurationError, InputError, bu
 from reinloop.guards.repeats import CACHED_RESULT_TEMPLATE
 from reinloop.memory import pairing_violations
 from reinloop.testing import ScriptedChatModel, ScriptExhaustedError, json_action, parallel_calls, tool_call
-from tests.conftest import THREAD, add, explode, lookup, make_agent
+from tests.conftest import NO_CIRCUIT, THREAD, add, explode, lookup, make_agent
 
 
 def tool_messages(result):
@@ -318,7 +318,7 @@ def test_dead_loop_trips_only_after_the_allowed_repeats_answered_from_cache(repe
 
 def test_a_failing_call_repeated_ends_as_a_dead_loop_after_its_refusal_and_the_allowed_repeat():
     script = [tool_call("explode", {"reason": "x"})] * 5
-    agent, model = make_agent(script, error_threshold=10, repeats_after_feedback=1, max_replans=0)
+    agent, model = make_agent(script, error_threshold=10, repeats_after_feedback=1, max_replans=0, guards=NO_CIRCUIT)
     result = agent.invoke({"task": "t"}, THREAD)
     seen = [call.messages[-1].content.split(".")[0] for call in model.calls[1:]] + [tool_messages(result)[-1].content]
     error = "Error: 'explode' failed (3 attempts): ZeroDivisionError: division by zero"

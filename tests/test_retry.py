@@ -21,7 +21,7 @@ from reinloop.state import CallCheck, act
 from reinloop.testing import ScriptedChatModel, parallel_calls, tool_call
 from reinloop.tools import ToolRegistry
 from reinloop.tools import retry as retry_module
-from tests.conftest import make_context, new_thread
+from tests.conftest import NO_CIRCUIT, make_context, new_thread
 
 # No test here sleeps for a backoff: the waits are recorded instead.
 NO_WAIT = {"tool_backoff_s": 0.0}
@@ -55,11 +55,11 @@ class Flaky:
 
 
 def agent_with(
-    tools: Any, replies: list[Any], checkpointer: Any = None, **config: Any
+    tools: Any, replies: list[Any], checkpointer: Any = None, guards: Any = (), **config: Any
 ) -> tuple[Any, ScriptedChatModel]:
     model = ScriptedChatModel(replies=replies)
     settings = AgentConfig(**{**NO_WAIT, **config})
-    return build_agent(model, tools, config=settings, checkpointer=checkpointer), model
+    return build_agent(model, tools, config=settings, checkpointer=checkpointer, guards=guards), model
 
 
 def tool_messages(result: dict[str, Any]) -> list[ToolMessage]:
@@ -246,7 +246,7 @@ def test_no_wait_before_the_first_attempt_nor_after_a_success(waits):
 def test_max_tool_attempts_ends_a_run_with_its_own_reason_and_gives_retries_only_what_is_left():
     flaky = Flaky(failures=100)
     replies = [tool_call("fetch", {"query": "a"}), tool_call("fetch", {"query": "b"}), "never sent"]
-    agent, model = agent_with([flaky.tool], replies, max_tool_attempts=5, error_threshold=10)
+    agent, model = agent_with([flaky.tool], replies, max_tool_attempts=5, error_threshold=10, guards=NO_CIRCUIT)
     result = agent.invoke({"task": "t"})
     assert result["finish_reason"] == "max_tool_attempts"
     assert flaky.calls == 5  # 3 in the first round, then the 2 that were left
@@ -274,7 +274,9 @@ def test_a_call_beyond_the_budget_is_refused_unrun():
 def test_by_default_the_budget_is_tool_attempts_per_round_of_the_iteration_budget():
     flaky = Flaky(failures=100)
     replies = [tool_call("fetch", {"query": str(n)}) for n in range(3)] + ["never sent"]
-    agent, _ = agent_with([flaky.tool], replies, max_iterations=3, tool_attempts=2, error_threshold=10)
+    agent, _ = agent_with(
+        [flaky.tool], replies, max_iterations=3, tool_attempts=2, error_threshold=10, guards=NO_CIRCUIT
+    )
     result = agent.invoke({"task": "t"})
     # 3 rounds of 2 attempts: the budget and the rounds run out together, and the rounds are what ended it.
     assert (result["finish_reason"], flaky.calls) == ("max_iterations", 6)

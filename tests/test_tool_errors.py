@@ -23,6 +23,7 @@ from reinloop.testing import ScriptedChatModel, tool_call
 from reinloop.tools import ToolRegistry
 from reinloop.tools import retry as retry_module
 from reinloop.tools.results import content_text
+from tests.conftest import NO_CIRCUIT
 
 NO_WAIT = {"tool_backoff_s": 0.0}
 
@@ -53,9 +54,12 @@ def lookup_tool(body: Counting, **fields: Any) -> StructuredTool:
     return StructuredTool.from_function(func=lookup, name="lookup", description="Look a key up.", **fields)
 
 
-def run(tools: Any, replies: list[Any], *, sync: bool = True, **config: Any) -> tuple[dict[str, Any], Any]:
+def run(
+    tools: Any, replies: list[Any], *, sync: bool = True, guards: Any = (), **config: Any
+) -> tuple[dict[str, Any], Any]:
     model = ScriptedChatModel(replies=replies)
-    agent = build_agent(model, tools, config=AgentConfig(**{**NO_WAIT, "max_replans": 0, **config}))
+    settings = AgentConfig(**{**NO_WAIT, "max_replans": 0, **config})
+    agent = build_agent(model, tools, config=settings, guards=guards)
     if sync:
         return agent.invoke({"task": "look it up"}), model
     return asyncio.run(agent.ainvoke({"task": "look it up"})), model
@@ -79,7 +83,7 @@ def failing_calls(count: int) -> list[Any]:
 def test_a_handled_tool_exception_is_an_error_worded_by_its_handler_and_ends_the_streak(handler, sync):
     body = Counting(ToolException("no such key: k"))
     tool_ = lookup_tool(body, handle_tool_error=handler)
-    result, _ = run([tool_], failing_calls(8), sync=sync, error_threshold=3, tool_attempts=3)
+    result, _ = run([tool_], failing_calls(8), sync=sync, error_threshold=3, tool_attempts=3, guards=NO_CIRCUIT)
     assert result["finish_reason"] == "error_streak"
     last = tool_messages(result)[-1]
     worded = {True: "no such key: k", "the lookup failed": "the lookup failed"}.get(handler, "handled: no such key: k")
@@ -109,7 +113,7 @@ def test_is_error_marks_a_tool_that_reports_failure_in_its_text():
     body = Counting("ERROR: backend refused the key")
     registry = ToolRegistry()
     registry.add(lookup_tool(body), is_error=lambda text: text.startswith("ERROR"))
-    result, _ = run(registry, failing_calls(8), error_threshold=3, tool_attempts=3)
+    result, _ = run(registry, failing_calls(8), error_threshold=3, tool_attempts=3, guards=NO_CIRCUIT)
     assert result["finish_reason"] == "error_streak"
     assert body.calls == result["consecutive_errors"]  # not retried in place
     assert tool_messages(result)[-1].content.startswith("Error: 'lookup' failed: ERROR: backend refused the key")

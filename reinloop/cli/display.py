@@ -202,7 +202,8 @@ def history_table(
 
 
 def thread_state(console: Console, thread: str, snapshot: StateSnapshot) -> None:
-    """The thread's saved state: task, outcome, counters, calls in doubt, summaries and the window."""
+    """The thread's saved state: task, outcome, counters, calls in doubt, tools' circuits, summaries and the
+    window."""
     values = snapshot.values
     console.rule(Text(f"thread {thread}"))
     for key in ("task", "finish_reason", "final_answer", "iteration", "consecutive_errors", "usage"):
@@ -217,6 +218,8 @@ def thread_state(console: Console, thread: str, snapshot: StateSnapshot) -> None
             f"(the tool is not idempotent); key {call['key']}"
         )
         console.print(Text.assemble(("outcome unknown", "bold red"), detail), soft_wrap=True)
+    for name, circuit in (values.get("circuits") or {}).items():
+        console.print(Text.assemble(("circuit", "bold"), f" {name}: {circuit_text(circuit)}"), soft_wrap=True)
     for summary in values.get("summaries") or []:
         console.print(Text.assemble(("summary", "bold"), f": {_short(summary)}"))
     console.print(Text.assemble(("window", "bold"), ":"))
@@ -225,6 +228,16 @@ def thread_state(console: Console, thread: str, snapshot: StateSnapshot) -> None
         calls = getattr(message, "tool_calls", None)
         text = message.text or (json.dumps([[c["name"], c["args"]] for c in calls]) if calls else "")
         console.print(Text.assemble("  ", (label, "cyan"), f" {_short(text)}"), soft_wrap=True)
+
+
+def circuit_text(circuit: dict[str, Any]) -> str:
+    """A tool's circuit in words (`reinloop.guards.tool_circuit`)."""
+    failed = f"{circuit['failures']} failed call{'s' if circuit['failures'] != 1 else ''} in a row"
+    if not circuit["opened"]:
+        return f"closed, {failed}"
+    if circuit["left"]:
+        return f"open, {failed}; a trial call in {circuit['left']} decision{'s' if circuit['left'] != 1 else ''}"
+    return f"half-open, {failed}; the next call is a trial"
 
 
 def state_json(console: Console, values: dict[str, Any]) -> None:

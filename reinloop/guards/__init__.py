@@ -57,7 +57,7 @@ DEFAULT_GUARDS: tuple[Guard, ...] = (
     MiddlewareStop(),
     DeadLoop(),
     ErrorStreak(),
-    # ToolCircuit(),
+    ToolCircuit(),
     TokenBudget(),
     ToolAttempts(),
     MaxIterations(),
