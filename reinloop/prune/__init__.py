@@ -1,0 +1,31 @@
+"""A bounded runs database: delete the checkpoints a thread no longer needs, keeping the latest ones and those
+a user marked.
+
+Every step of a run saves a checkpoint, so a thread's rows grow with its rounds and never shrink. Only the
+latest checkpoint (with its pending writes) is needed to resume or inspect a thread; older ones serve
+history and time travel. `prune` deletes the older ones, `mark` keeps a chosen one through every prune.
+
+The SQL is written here for the two savers `open_checkpointer` opens, LangGraph's `SqliteSaver` and
+`PostgresSaver`: LangGraph 1.2 offers `prune(thread_ids, strategy="keep_latest")` on `PostgresSaver` only,
+and keeps neither more than one checkpoint nor marked ones.
+
+The modules: `pruning` (the public functions and each thread's plan), `tables` (the interface both
+databases implement, the marks table, the column checks), `sqlite_tables` and `postgres_tables`. Every
+name is imported from here.
+"""
+
+from reinloop.prune.postgres_tables import PG_DELTA_STATE_SQL as PG_DELTA_STATE_SQL
+from reinloop.prune.postgres_tables import PG_MARK_SNAPSHOT_SQL as PG_MARK_SNAPSHOT_SQL
+from reinloop.prune.postgres_tables import PG_STORE_SNAPSHOT_SQL as PG_STORE_SNAPSHOT_SQL
+from reinloop.prune.postgres_tables import PG_VERSIONS_SQL as PG_VERSIONS_SQL
+from reinloop.prune.pruning import Database as Database
+from reinloop.prune.pruning import PruneReport, mark, marks, prune, unmark
+from reinloop.prune.sqlite_tables import SQLITE_CHECKPOINT_SQL as SQLITE_CHECKPOINT_SQL
+from reinloop.prune.tables import CREATE_MARKS_SQL as CREATE_MARKS_SQL
+from reinloop.prune.tables import MARKS_TABLE, Mark
+from reinloop.prune.tables import POSTGRES_COLUMNS as POSTGRES_COLUMNS
+from reinloop.prune.tables import SCHEMA_TEMPLATE as SCHEMA_TEMPLATE
+from reinloop.prune.tables import SELECT_MARKS_SQL as SELECT_MARKS_SQL
+from reinloop.prune.tables import SQLITE_COLUMNS as SQLITE_COLUMNS
+
+__all__ = ["MARKS_TABLE", "Mark", "PruneReport", "mark", "marks", "prune", "unmark"]
