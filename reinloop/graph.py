@@ -208,7 +208,8 @@ def build_agent(
     approvals = approval_tools(registry, approve, has_checkpointer=saved)
     table = guard_table(guards)
     schemas = [guard.state_schema for guard in table if guard.state_schema is not None] + hooks.state_schemas
-    state_schema = extended(state_schema, schemas, skip=UNUSED_KEYS)
+    reasons = [guard.reason for guard in table if guard.reason is not None]
+    state_schema = extended(state_schema, schemas, skip=UNUSED_KEYS, reasons=reasons)
     protocol = get_protocol(config, protocol)
     ctx = _context(chat_model, registry, config, protocol, summarizer, state_schema, approvals, table, hooks)
 

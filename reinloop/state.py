@@ -351,11 +351,16 @@ class RunState(AgentState, total=False):
     remaining_steps: RemainingSteps
 
 
-def extended(schema: type[Any], schemas: Sequence[type[Any]], skip: frozenset[str] = frozenset()) -> type[Any]:
+def extended(
+    schema: type[Any], schemas: Sequence[type[Any]], skip: frozenset[str] = frozenset(), reasons: Sequence[str] = ()
+) -> type[Any]:
     """`schema` with the keys of `schemas` (TypedDicts: the guards' and middleware's own keys) that it does not
-    have, but those in `skip`: `schema` itself when they add none. A key `schema` has keeps its type and reducer."""
+    have, but those in `skip`, and with `finish_reason` typed to hold the finish `reasons` of the guards in use
+    that are not built in: `schema` itself when there are none. A key `schema` has keeps its type and reducer."""
     hints = get_type_hints(schema, include_extras=True)
     added: dict[str, Any] = {}
+    if new := [reason for reason in reasons if reason not in FINISH_REASONS]:
+        added["finish_reason"] = Literal[(*FINISH_REASONS, *new)] | None
     for extra in schemas:
         for key, hint in get_type_hints(extra, include_extras=True).items():
             if key not in hints and key not in added and key not in skip:

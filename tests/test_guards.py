@@ -91,6 +91,15 @@ def test_a_guard_of_your_own_judges_calls_keeps_its_state_and_ends_runs_with_its
     assert (resumed := resume(agent, thread))["finish_reason"] == "answered" and resumed["refused_calls"] == 0
 
 
+def test_the_output_schema_types_a_finish_reason_of_your_own_beside_the_built_in_ones():
+    agent = build_agent(ScriptedChatModel(), [add], guards=[NoDivision()])
+    properties = agent.get_output_jsonschema()["properties"]
+    assert properties["finish_reason"]["anyOf"][0]["enum"][-2:] == ["middleware", "no_division"]
+    assert "refused_calls" in properties
+    plain = build_agent(ScriptedChatModel(), [add]).get_output_jsonschema()["properties"]
+    assert "no_division" not in plain["finish_reason"]["anyOf"][0]["enum"]
+
+
 def test_a_guard_with_a_built_in_name_replaces_it_and_disable_drops_one():
     class Patient(Guard):
         name = reason = "error_streak"
