@@ -36,7 +36,7 @@ class AgentContext:
     counter: TokenCounter  # the model's tokenizer, offline
     tool_tokens: int  # what the tool schemas the protocol sends beside the messages cost
     state_keys: frozenset[str] = AGENT_STATE_KEYS  # the state's keys: what InjectedState and ToolRuntime.state read
-    tool_keys: frozenset[str] = frozenset()  # the state_schema's own keys, which tools may write with a Command
+    tool_keys: frozenset[str] = frozenset()  # the state_schema's and middleware's keys: what a tool's Command may write
     approvals: frozenset[str] = frozenset()  # the tools whose calls wait for a person's approval (`reinloop.approvals`)
     guards: tuple[Guard, ...] = DEFAULT_GUARDS  # in table order (`reinloop.guards.guard_table`)
     fresh: dict[str, Any] = field(default_factory=lambda: fresh_budgets(DEFAULT_GUARDS, FRESH_BUDGETS))
@@ -68,7 +68,10 @@ class AgentContext:
                 f"{', '.join(sorted(AGENT_STATE_KEYS - keys))}"
             )
         check_state_fields(((entry.name, entry.injection) for entry in registry), keys)
-        tool_keys = keys - AGENT_STATE_KEYS
+        # A tool's Command may write the state_schema's own keys and middleware's (TodoListMiddleware's todos),
+        # never a guard's: a tool must not reset what guards it.
+        guard_keys = {key for guard in guards if guard.state_schema for key in state_keys(guard.state_schema)}
+        tool_keys = keys - AGENT_STATE_KEYS - guard_keys
         return cls(
             settings,
             registry,
