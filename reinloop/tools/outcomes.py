@@ -1,0 +1,141 @@
+"""What one tool call produced, judged where it ran: a `ToolRun` of plain text, by the tool's `ResultRules`.
+
+Whatever happens inside a call (a result, an empty result, an exception, `sys.exit()`, a crash, a result
+without a text form, a coroutine or generator returned instead of a result, a timeout) comes back as a
+`ToolRun`: an error kind and plain text, decided where the tool ran, so the raw value never crosses a process
+boundary and nothing is re-raised in the agent. Only LangGraph control flow (`GraphBubbleUp`) and an
+interrupt of the caller's own thread pass through. The one raw value kept is a LangGraph `Command` returned
+in a thread, which execute_tool judges; a worker process reports one as an error.
+
+One rule says what is an error, whatever the tool's origin (`ResultRules`): the tool raised (a `ToolException`
+too, which LangChain would have turned into content for a tool with `handle_tool_error`: reinloop runs such a
+tool with the handling off and words the error as the tool's handler does); it returned a ToolMessage with
+status "error" (an MCP tool's error result, through langchain-mcp-adapters); or its text is an error by the
+tool's own `is_error`. Which failures another attempt may fix is decided here too (`ToolRun.transient`): a
+timeout, a crashed worker and an exception are; a ToolException (the tool's message for the model, an MCP
+server's refusal), a ToolMessage error, a lazy or unshowable result and an `is_error` text are the model's
+to fix. A tool's `retry_on` replaces that rule for the exceptions it raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from langchain_core.messages import ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool, StructuredTool, ToolException
+from langgraph.errors import GraphBubbleUp
+from langgraph.types import Command
+
+from reinloop.drivers import Steps, adrive, drive, io
+from reinloop.state import ErrorKind
+from reinloop.tools.results import (
+    ResultCheck,
+    UnshowableResultError,
+    content_text,
+    describe_error,
+    handled_error,
+    refuse_lazy,
+    reject_empty,
+    result_text,
+)
+
+# Which exceptions of a tool another attempt may fix: exception types, or a predicate on the exception.
+RetryOn = tuple[type[BaseException], ...] | Callable[[BaseException], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRun:
+    """What one call produced, as plain text: the result (`error_kind` None), the result check's reason
+    (`empty_result`), what went wrong (`tool_error`), or nothing (`timeout`). Not yet cut: the caller bounds
+    it where it stores it."""
+
+    error_kind: ErrorKind | None
+    text: str
+    # A LangGraph Command the tool returned (`text` empty): execute_tool decides what of it applies
+    # (`reinloop.tools.commands`). Only from a call in a thread: a worker process never sends one back.
+    command: Command[Any] | None = None
+    # Whether another attempt may fix this failure (`reinloop.tools.retry` runs the call again in place).
+    transient: bool = False
+    # A tool's artifact (response_format="content_and_artifact"): kept on its ToolMessage, never shown.
+    artifact: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class ResultRules:
+    """How a tool's outcome is judged where it ran (pickled to a worker with the tool): `check` finds an empty
+    result; `is_error` an error the tool reports in its text; `retry_on` the exceptions another attempt may
+    fix (None: all but ToolException); `handle_tool_error` is the tool's own, applied to its ToolException."""
+
+    check: ResultCheck = reject_empty
+    is_error: Callable[[str], bool] | None = None
+    retry_on: RetryOn | None = None
+    handle_tool_error: Any = False
+
+    def transient(self, exc: BaseException) -> bool:
+        if self.retry_on is None:
+            return not isinstance(exc, ToolException)
+        if isinstance(self.retry_on, tuple):
+            return isinstance(exc, self.retry_on)
+        try:
+            return bool(self.retry_on(exc))
+        except Exception:  # a predicate that fails retries nothing
+            return False
+
+    def error_text(self, exc: BaseException) -> str:
+        if isinstance(exc, ToolException) and self.handle_tool_error:
+            return handled_error(exc, self.handle_tool_error)
+        return describe_error(exc)
+
+
+def _settle(tool: BaseTool, args: dict[str, Any], rules: ResultRules, config: RunnableConfig | None) -> ToolRun:
+    """Call the tool and judge its result where it ran: the check sees the raw value, which leaves only as text.
+
+    Runs in the call's own thread or worker process, never the caller's, so converting the value to text
+    counts against the timeout, and every BaseException (`sys.exit()` included) ends only this call.
+    """
+    return drive(_settle_steps(tool, args, rules, config))
+
+
+async def _asettle(tool: BaseTool, args: dict[str, Any], rules: ResultRules, config: RunnableConfig | None) -> ToolRun:
+    """`_settle` for an async tool, in the call's own task on the event loop."""
+    return await adrive(_settle_steps(tool, args, rules, config))
+
+
+def _settle_steps(
+    tool: BaseTool, args: dict[str, Any], rules: ResultRules, config: RunnableConfig | None
+) -> Steps[ToolRun]:
+    try:
+        value = yield from io(partial(invoke_tool, tool, args, config), partial(tool.ainvoke, args, config))
+        # Before the result check, which could start a generator: a lazy value is no result whatever it holds.
+        if lazy := refuse_lazy(value):
+            return ToolRun("tool_error", lazy)
+        if isinstance(value, Command):
+            return ToolRun(None, "", command=value)
+        if isinstance(value, ToolMessage) and value.status == "error":
+            return ToolRun("tool_error", content_text(value))
+        # The text is made once: before the result check only for a tool whose text may say it failed.
+        text = result_text(value) if rules.is_error is not None else None
+        if text is not None and rules.is_error is not None and rules.is_error(text):
+            return ToolRun("tool_error", text)
+        if reason := rules.check(value):
+            return ToolRun("empty_result", reason)
+        artifact = value.artifact if isinstance(value, ToolMessage) else None
+        return ToolRun(None, result_text(value) if text is None else text, artifact=artifact)
+    except GraphBubbleUp:
+        raise
+    except UnshowableResultError as exc:
+        return ToolRun("tool_error", str(exc))
+    except BaseException as exc:
+        return ToolRun("tool_error", rules.error_text(exc), transient=rules.transient(exc))
+
+
+def invoke_tool(tool: BaseTool, args: dict[str, Any], config: RunnableConfig | None = None) -> Any:
+    """Call a LangChain tool synchronously; async-only tools run on their own event loop."""
+    if isinstance(tool, StructuredTool) and tool.func is None and tool.coroutine is not None:
+        return asyncio.run(tool.ainvoke(args, config))
+    return tool.invoke(args, config)
