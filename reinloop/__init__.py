@@ -16,6 +16,7 @@ from reinloop.errors import (
     ThreadBusyError,
 )
 from reinloop.graph import build_agent
+from reinloop.guards import Guard, ToolCircuit, disable
 from reinloop.presets import PRESETS, preset
 from reinloop.protocols import DecisionProtocol, JsonProtocol, ToolCallingProtocol
 from reinloop.prune import Mark, PruneReport, mark, marks, prune, unmark
@@ -33,6 +34,7 @@ __all__ = [
     "ConfigurationError",
     "DecisionProtocol",
     "FinishReason",
+    "Guard",
     "InputError",
     "InvariantError",
     "JsonProtocol",
@@ -43,10 +45,12 @@ __all__ = [
     "ResumeError",
     "ThreadBusyError",
     "ToolCallingProtocol",
+    "ToolCircuit",
     "ToolRegistry",
     "accept_any",
     "build_agent",
     "default_toolset",
+    "disable",
     "draw",
     "idempotency_key",
     "mark",

@@ -31,6 +31,7 @@ from langchain.agents.middleware import (
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
+from pydantic import Field
 from typing_extensions import TypedDict
 
 from reinloop import AgentConfig, build_agent
@@ -223,8 +224,8 @@ def test_wrap_tool_call_sees_every_call_with_its_validated_arguments(sync):
 
     calls = parallel_calls([("add", {"a": 1, "b": 2}), ("add", {"a": "x"}), ("lookup", {"key": "k"})])
     result, _ = run([spy], [calls, "done"], sync=sync)
-    # the invalid call never reached a tool, nor the wrapper
-    assert seen == [("add", {"a": 1, "b": 2}), ("lookup", {"key": "k"})]
+    # the invalid call never reached a tool, nor the wrapper; the valid ones run at once, in any order
+    assert sorted(seen) == [("add", {"a": 1, "b": 2}), ("lookup", {"key": "k"})]
     assert [m.content for m in tool_messages(result)][::2] == ["3", "value of k"]
 
 
@@ -348,3 +349,41 @@ def test_a_middleware_subclass_keeps_its_state_key_in_the_saved_state(sync):
 def test_middleware_with_the_same_name_is_refused():
     with pytest.raises(ConfigurationError, match="unique"):
         build_agent(ScriptedChatModel(), [add], middleware=[CountReplies(), CountReplies()])
+
+
+def test_tool_call_limit_with_exit_behavior_end_stops_the_run():
+    limit = ToolCallLimitMiddleware(tool_name="lookup", run_limit=1, exit_behavior="end")
+    replies = [tool_call("lookup", {"key": "k"}), tool_call("lookup", {"key": "j"}), "never sent"]
+    result, model = run([limit], replies)
+    assert result["finish_reason"] == "middleware" and len(model.calls) == 2
+    assert "call limit" in result["messages"][-1].content.lower()
+    assert [m.content for m in tool_messages(result)] == ["value of k"]  # the call over the limit never ran
+
+
+def test_pii_redacts_the_reply_in_the_saved_window_with_apply_to_output():
+    pii = PIIMiddleware("email", apply_to_input=False, apply_to_output=True)
+    reply = tool_call("add", {"a": 1, "b": 2}, content="I will mail bob@example.com")
+    result, _ = run([pii], [reply, "done"])
+    thought = next(m for m in result["messages"] if isinstance(m, AIMessage) and m.tool_calls)
+    assert thought.content == "I will mail [REDACTED_EMAIL]"
+
+
+class RecordingModel(ScriptedChatModel):
+    """Records the keyword arguments each call was bound with."""
+
+    bound: list[dict[str, Any]] = Field(default_factory=list)
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+        self.bound.append(kwargs)
+        return super()._generate(messages, stop, run_manager, **kwargs)
+
+
+def test_a_wrap_model_call_that_changes_tool_choice_and_model_settings_gets_them_bound():
+    @wrap_model_call
+    def settle(request, handler):
+        return handler(request.override(tool_choice="add", model_settings={"temperature": 0.0}))
+
+    model = RecordingModel(replies=["ok"])
+    result, _ = run([settle], [], model=model)
+    assert result["final_answer"] == "ok"
+    assert model.bound[0]["temperature"] == 0.0 and model.bound[0]["tool_choice"] == "add"

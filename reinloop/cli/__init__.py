@@ -5,9 +5,9 @@ fault-injection benchmark (`reinloop eval`).
 Runs are saved in a SQLite file in the user's data folder (`--db` or REINLOOP_DB to change it: a file path
 or a ``postgresql://`` URL), so any run can be resumed or inspected later by its thread id. Exit codes: one
 per finish reason, from the built-in guards (`reinloop.guards`; 0 answered, 3 max_iterations, 4 error_streak,
-5 dead_loop, 6 token_budget, 7 max_tool_attempts, 8 step_limit); 2 for a usage or set-up problem (one line,
-no traceback, saved state untouched), 130 for Ctrl-C (saying what was saved and how to continue), 1 for an
-unexpected failure. `python -m reinloop` is the same command.
+5 dead_loop, 6 token_budget, 7 max_tool_attempts, 8 step_limit, 9 middleware); 2 for a usage or set-up
+problem (one line, no traceback, saved state untouched), 130 for Ctrl-C (saying what was saved and how to
+continue), 1 for an unexpected failure. `python -m reinloop` is the same command.
 
 Calls of tools that need approval (`--approve`; by default file_write and db_insert) stop the run until the
 person at the terminal approves, edits or rejects them (`--yes` approves them all).
