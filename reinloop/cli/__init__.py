@@ -12,9 +12,9 @@ continue), 1 for an unexpected failure. `python -m reinloop` is the same command
 Calls of tools that need approval (`--approve`; by default file_write and db_insert) stop the run until the
 person at the terminal approves, edits or rejects them (`--yes` approves them all).
 
-`parser` reads the command line, `commands` does each command, `display` prints what they return, `review`
-asks about calls that wait for approval; text from models and tools is printed as text, never read as rich
-markup.
+`parser` reads the command line, `commands` does each command (`runs`, `inspection` and `evaluation`, with
+`opening` for the runs database and the agent), `display` prints what they return, `review` asks about
+calls that wait for approval; text from models and tools is printed as text, never read as rich markup.
 """
 
 from __future__ import annotations

@@ -1,0 +1,201 @@
+"""`reinloop run` and `reinloop resume`: stream a run, answer each approval it stops at, report how it ended
+(its exit code); and what a Ctrl-C during either reports of the thread and how to continue it."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.types import Command, Interrupt
+from rich.console import Console
+
+from reinloop.checkpoint import database_label
+from reinloop.cli import EXIT_CODES, CommandError, Interrupted, display, review
+from reinloop.cli.opening import _agent, _Built, _Database, _database, _workspace
+from reinloop.state import read_input
+from reinloop.text import counted
+
+__all__ = ["SETTINGS", "resume", "run"]
+
+# Run settings saved with each checkpoint (never keys), so `resume` rebuilds the same agent: with the MCP
+# config's path, not its content (its env may hold secrets), so a resumed run starts the same servers.
+SETTINGS = ("model", "base_url", "workspace", "protocol", "approve", "preset", "mcp_config", "mcp_prefix")
+
+# The key of a `stream_mode="updates"` chunk holding the interrupts a run stopped at (LangGraph made its own
+# constant for it private).
+INTERRUPTS_KEY = "__interrupt__"
+
+# What Ctrl-C reports of the thread, read back from the runs database once the run has stopped.
+NOTHING_SAVED_TEMPLATE = "interrupted: nothing was saved; thread {thread} has no checkpoint (run the task again)"
+NOTHING_NEW_TEMPLATE = "interrupted: nothing new was saved; thread {thread} is as it was at step {step} ({rounds} done)"
+SAVED_TEMPLATE = "interrupted: thread {thread} is saved up to step {step} ({rounds} done)"
+CONTINUE_TEMPLATE = "; continue it with: {command}"
+UNREAD_TEMPLATE = "interrupted; what thread {thread} has saved cannot be read ({error}): see 'reinloop show {thread}'"
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    # Checked before a model server starts or a database opens: a blank task is a usage error.
+    task_input = read_input({"task": args.task})
+    thread = args.thread or f"run-{datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
+    settings = _given(args)
+    watch = _Watch(thread, args.db)
+    with (
+        _told_on_interrupt(watch),
+        _database(args.db, must_exist=False) as db,
+        _agent(args, settings, db) as built,
+    ):
+        config = _run_config(thread, built.settings)
+        if watch.begin(built.agent).next:
+            raise CommandError(f"thread {thread!r} is stopped mid-step; continue it with: {watch.command}")
+        if not args.quiet:
+            display.run_header(console, thread, built.settings["model"], db.location)
+        final = _stream(built, task_input, config, console, args)
+        return _finish(final, watch, console, args.quiet)
+
+
+def resume(args: argparse.Namespace, console: Console) -> int:
+    from reinloop.resume import prepare_resume
+
+    watch = _Watch(args.thread, args.db)
+    with _told_on_interrupt(watch), _database(args.db, must_exist=True) as db:
+        saved = _saved_settings(db, args.thread)
+        settings = {**saved, **{k: v for k, v in _given(args).items() if v is not None}}
+        if args.preset and not args.protocol:
+            settings["protocol"] = None  # the new preset's protocol, not the one the run was saved with
+        with _agent(args, settings, db) as built:
+            config = _run_config(args.thread, built.settings)
+            if not args.quiet:
+                display.resume_header(console, args.thread, built.settings["model"])
+            watch.begin(built.agent)
+            prepared = prepare_resume(built.agent, config, extra_iterations=args.extra_iterations, hint=args.hint)
+            final = _stream(built, None, prepared, console, args)
+            return _finish(final, watch, console, args.quiet)
+
+
+def _given(args: argparse.Namespace) -> dict[str, Any]:
+    workspace = str(_workspace(args.workspace).resolve()) if args.workspace else None
+    approve = ",".join(args.approve) if args.approve else None
+    # Absolute, as the workspace: a resume may run from another folder.
+    mcp_config = str(Path(args.mcp_config).resolve()) if args.mcp_config else None
+    return {"model": args.model, "base_url": args.base_url, "workspace": workspace, "protocol": args.protocol,
+            "approve": approve, "preset": args.preset, "mcp_config": mcp_config,
+            "mcp_prefix": "true" if args.mcp_prefix else None}  # fmt: skip
+
+
+def _stream(built: _Built, payload: Any, config: RunnableConfig, console: Console, args: argparse.Namespace) -> Any:
+    """Run until the run ends, answering each approval it stops at (`review`); the thread's final state."""
+    from langgraph.errors import is_invalid_resume
+    from pydantic import ValidationError
+
+    agent, thread = built.agent, (config.get("configurable") or {})["thread_id"]
+    saved = agent.get_state({"configurable": {"thread_id": thread}}).values
+    printer = display.StepPrinter(console, args.quiet, saved, built.config.max_iterations)
+    answer = review.reviewer(console, thread, yes=args.yes)
+    waiting: list[Interrupt] = []
+    while True:
+        try:
+            waiting = _until_stopped(agent, payload, config, printer)
+        except ValidationError as exc:
+            if not (waiting and is_invalid_resume(exc)):
+                raise
+            review.invalid_answer(console, exc)  # the same calls wait: ask again
+        if not waiting:
+            return agent.get_state({"configurable": {"thread_id": thread}}).values
+        payload = Command(resume={interrupt.id: answer(interrupt) for interrupt in waiting})
+
+
+def _until_stopped(agent: Any, payload: Any, config: RunnableConfig, printer: display.StepPrinter) -> list[Interrupt]:
+    """Stream the run until it ends or stops at interrupts (approvals), which it returns."""
+    waiting: list[Interrupt] = []
+    for update in agent.stream(payload, config, stream_mode="updates"):
+        for node, values in update.items():
+            if node == INTERRUPTS_KEY:
+                waiting.extend(values)
+            else:
+                printer.update(node, values or {})
+    return waiting
+
+
+def _finish(values: dict[str, Any], watch: _Watch, console: Console, quiet: bool) -> int:
+    display.final_report(console, values, f"{watch.command} --extra-iterations 10", quiet)
+    return EXIT_CODES.get(values.get("finish_reason") or "", 1)
+
+
+def _run_config(thread: str, settings: dict[str, Any]) -> RunnableConfig:
+    metadata = {f"reinloop_{key}": value for key, value in settings.items() if isinstance(value, str)}
+    return {"configurable": {"thread_id": thread}, "metadata": metadata}
+
+
+def _saved_settings(db: _Database, thread: str) -> dict[str, Any]:
+    found = db.saver.get_tuple({"configurable": {"thread_id": thread}})
+    if found is None:
+        raise CommandError(f"unknown thread {thread!r} in {db.location}; 'reinloop run' starts one")
+    return {key: found.metadata.get(f"reinloop_{key}") for key in SETTINGS}
+
+
+# Ctrl-C ------------------------------------------------------------------------------------------------
+
+
+class _Watch:
+    """What a Ctrl-C during `run` or `resume` reports: the thread, the command that continues it (with --db
+    when one was given: REINLOOP_DB and the default need none), and its latest checkpoint when this command
+    began to run it (`begin`; the report tells whether anything new was saved since)."""
+
+    def __init__(self, thread: str, db: str | None) -> None:
+        self.thread, self.db = thread, db
+        words = ["reinloop", "resume", thread, *(["--db", database_label(db)] if db else [])]
+        self.command = shlex.join(words)
+        self.began = False
+        self.before: str | None = None
+
+    def begin(self, agent: Any) -> Any:
+        """Note where the thread stands as the run begins; its state snapshot."""
+        snapshot = agent.get_state({"configurable": {"thread_id": self.thread}})
+        self.began, self.before = True, _checkpoint_id(snapshot)
+        return snapshot
+
+    def report(self) -> str:
+        """What the thread has saved, read back once the run stopped, and how to continue it."""
+        from reinloop.graph import agent_topology
+
+        try:
+            with _database(self.db, must_exist=True) as db:
+                snapshot = agent_topology(db.saver).get_state({"configurable": {"thread_id": self.thread}})
+        except CommandError:  # no runs database: the run stopped before it made one
+            return NOTHING_SAVED_TEMPLATE.format(thread=self.thread)
+        except Exception as exc:  # a database gone or damaged: say so, and where to look
+            return UNREAD_TEMPLATE.format(thread=self.thread, error=" ".join(str(exc).split()) or type(exc).__name__)
+        if snapshot.metadata is None:
+            return NOTHING_SAVED_TEMPLATE.format(thread=self.thread)
+        new = self.began and _checkpoint_id(snapshot) != self.before
+        step, rounds = snapshot.metadata.get("step"), counted(snapshot.values.get("iteration", 0), "round")
+        text = (SAVED_TEMPLATE if new else NOTHING_NEW_TEMPLATE).format(thread=self.thread, step=step, rounds=rounds)
+        reason = snapshot.values.get("finish_reason")
+        resumable = bool(snapshot.next) or reason not in (None, "answered")
+        return text + (CONTINUE_TEMPLATE.format(command=self.command) if resumable else "")
+
+
+def _checkpoint_id(snapshot: Any) -> str | None:
+    """The id of a state snapshot's checkpoint; None for a thread with none."""
+    return None if snapshot.metadata is None else str(snapshot.config["configurable"]["checkpoint_id"])
+
+
+@contextmanager
+def _told_on_interrupt(watch: _Watch) -> Iterator[None]:
+    """Ctrl-C: once the block has stopped what it started (the model server, the database), end the tool
+    workers and report what was saved (`Interrupted`)."""
+    from reinloop.tools.execution import stop_workers
+
+    try:
+        yield
+    except KeyboardInterrupt:
+        # Before the report, not at interpreter exit: a worker still running a call has nothing to wait for.
+        stop_workers()
+        raise Interrupted(watch.report()) from None

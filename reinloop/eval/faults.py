@@ -1,0 +1,146 @@
+"""The simulated faults: what they are (`FAULT_MODEL`), their rates (`FaultProfile`), and the seeded draws that
+decide them, per decision and per tool call, the same for every agent on a task at a seed."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import NamedTuple
+
+__all__ = [
+    "EXTRA_FAULTS",
+    "EXTRA_FAULT_RATE",
+    "FAULT_MODEL",
+    "TOOL_TIMEOUT_S",
+    "DecisionDraws",
+    "ExtraDraws",
+    "FaultProfile",
+    "decision_draws",
+    "extra_draws",
+    "tool_draws",
+]
+
+FAULT_MODEL = """\
+Model faults: at each decision, with probability `fault_rate`, the model makes one mistake, drawn uniformly
+from those that apply: malformed tool-call JSON; missing or mistyped arguments; an unknown tool name;
+repeating its previous call; when the answer is known, not stopping (calling a tool again); a wrong final
+answer. Recovery: the model reacts to the outcome of its own last action, whatever the agent appends after it
+(a note as a human, system, AI or tool message changes nothing) and whether the agent kept or dropped that
+action: a call whose observation failed (an error or an empty result), or a malformed reply (which fails
+whatever answers it, and also when the agent drops it and asks again). After a failure it corrects itself
+with probability `correct_rate`, else it repeats the failed action (the same call, or the same malformed
+one). Tool faults: each tool call, with probability `tool_fault_rate`, raises an exception, does its
+work and then hangs for `slow_s` simulated seconds (four times the tool timeout reinloop and the presets have
+in the evaluation), or returns an empty result (one of the three, uniformly). Time is simulated, so that no
+figure depends on the machine's load: a model's latency, a timer's wait and a slow call's hang advance the
+run's clock without sleeping; an agent with no tool timeout (or a longer one) waits the hang out and gets
+the result, one whose timeout is shorter than the hang gets a timeout, since such a call hangs until the run
+ends (its timeout, a real one, is then the only real wait, and no load makes a hang that never ends finish
+within it, nor makes a normal call, milliseconds long, outlast it).
+
+Draws are shared by the agents: each decision draws from a generator seeded by (seed, task, decision index),
+each tool call from one seeded by (seed, task, tool-call index), with a fixed number of draws each, so every
+agent meets the same faults at the same decision (and the same tool faults at the same tool call), and a run
+is the same every time for a given seed.
+
+Two more faults, off by default, use draws of their own (the runaway one per run, the stubborn loop one per
+decision), so that with both off every run is the same as without them. Runaway (`runaway_rate`,
+AutoGPT-style): at the first decision at which the answer is known, with probability `runaway_rate` the
+model does not answer; from then on every decision is a new tool call, whatever it was sent: the n-th (n =
+1, 2, ...) is `web_search` for one of eight topics of the search corpus followed by n when n is odd,
+`calculator` with "n * (n + 1)" when n is even: valid, read-only calls, never the same twice, that succeed
+unless a tool fault hits them. It keeps going for `runaway_rounds` calls and then answers, or, by default,
+until the agent stops it. Stubborn loop (`stubborn_rate`): at a decision that follows a successful tool
+observation, with probability `stubborn_rate` the model calls the same tool with the same arguments again
+instead of moving on (or answering); at each later decision it stops repeating with probability
+`correct_rate`, else repeats the call again, whatever the agent answered (the tool's result, an earlier
+result, a refusal). A model that has run away repeats nothing.
+
+Five more faults have a rate each (`wrong_args_rate`, `near_repeat_rate`, `premature_rate`,
+`text_call_rate`, `empty_rate`; 0 in `FaultProfile`, 0.02 each per decision in `reinloop eval` unless told
+otherwise) and draws of their own: at a decision with no other fault, one draw picks at most one of them, each
+by its rate. Wrong arguments: the plan's next call with one value changed (a digit, a number off by one, a
+word added): valid, so it runs; the model takes it as the step done and its final answer is wrong (only the
+task's check catches it). Near-repeat loop: after a successful `calculator` or `web_search` call, the same tool
+with its argument changed once more each time (" + 0", " again"), valid and never identical, left with
+probability `correct_rate` at each later decision. Premature answer: an answer before the plan is done, which
+cannot hold the task's value. A call written as plain text: the plan's next call as the reply's text, a JSON
+object `{"name": ..., "arguments": ...}` for native tool calls (what an open model writes when its server's
+tool-call template fails), "I will use <tool> with <arguments>." in a text protocol. An empty reply. The last
+two are unreadable replies: unless the agent read the call from the text (its next prompt shows that call),
+the reply failed, and the model repeats it or corrects itself by `correct_rate`, as after a malformed call.
+
+The model writes in the agent's protocol (`protocol`): native tool calls, or the text of the json, react or
+call_tool protocol, the same decisions and the same faults in each; a malformed call is the call with the same
+unterminated arguments in that format. It reads its prompt back through the protocol, each `Observation:`
+turn as the result of the decision before it, so what it sees does not depend on the format either."""
+
+# The faults with draws of their own, one rate each (`FaultProfile`), and the rate `reinloop eval` gives each
+# unless told otherwise (FaultProfile's own default is 0: off).
+EXTRA_FAULTS = ("wrong_args", "near_repeat", "premature", "text_call", "empty")
+EXTRA_FAULT_RATE = 0.02
+
+# The tool timeout of reinloop and the presets in the evaluation (real seconds): a normal call takes
+# milliseconds, and a slow call longer than it hangs until the run ends, so no load crosses this margin.
+TOOL_TIMEOUT_S = 0.5
+
+
+@dataclass(frozen=True)
+class FaultProfile:
+    fault_rate: float = 0.2
+    correct_rate: float = 0.7
+    tool_fault_rate: float = 0.1
+    slow_s: float = 4 * TOOL_TIMEOUT_S  # simulated seconds a slow call hangs
+    latency_s: float = 0.0  # simulated model latency per call (simulated seconds)
+    runaway_rate: float = 0.0  # per run: once the answer is known, the chance it calls tools instead, on and on
+    runaway_rounds: int | None = None  # runaway calls before it answers after all; None: it never does
+    stubborn_rate: float = 0.0  # per decision after a successful call: the chance it repeats that call
+    # The faults below use draws of their own (`extra_draws`), at a decision with no other fault: each is one
+    # mistake with its own rate per decision (see FAULT_MODEL).
+    wrong_args_rate: float = 0.0  # valid arguments with a wrong value: only the task's check catches it
+    near_repeat_rate: float = 0.0  # after a success, the same tool with slightly changed arguments, on and on
+    premature_rate: float = 0.0  # an answer before the plan is done (a wrong one)
+    text_call_rate: float = 0.0  # the plan's next call written as plain text instead of a tool call
+    empty_rate: float = 0.0  # an empty reply
+
+    def extra_rates(self) -> tuple[tuple[str, float], ...]:
+        """The rates of the faults with draws of their own, in the order `extra_draws` tries them."""
+        return tuple((fault, getattr(self, f"{fault}_rate")) for fault in EXTRA_FAULTS)
+
+
+class DecisionDraws(NamedTuple):
+    """The draws of one decision, all made whether used or not, so that the n-th decision of every agent on a
+    (seed, task) meets the same faults."""
+
+    correct: float  # below correct_rate: it corrects itself after a failure
+    fault: float  # below fault_rate: it makes a mistake
+    which: float  # which of the mistakes that apply
+    detail: float  # a bad argument: missing (below 0.5) or mistyped
+    stubborn: float  # a stubborn loop: starts below stubborn_rate, ends below correct_rate
+
+
+class ExtraDraws(NamedTuple):
+    """The draws of one decision for the faults with their own rates, from a generator of their own, so that
+    with those rates at 0 every run is the same as without them."""
+
+    which: float  # which of them, if any: each takes its rate's share of [0, 1)
+    end: float  # a near-repeat loop ends below correct_rate
+    detail: float  # a wrong argument: which value it gets
+
+
+def extra_draws(seed: int, index: int) -> ExtraDraws:
+    """The extra draws of decision `index` (1, 2, ...) of a run seeded `seed`: the same for every agent."""
+    rng = random.Random(f"{seed}/extra/{index}")
+    return ExtraDraws(*(rng.random() for _ in ExtraDraws._fields))
+
+
+def decision_draws(seed: int, index: int) -> DecisionDraws:
+    """The draws of decision `index` (1, 2, ...) of a run seeded `seed`: the same for every agent."""
+    rng = random.Random(f"{seed}/decision/{index}")
+    return DecisionDraws(*(rng.random() for _ in DecisionDraws._fields))
+
+
+def tool_draws(seed: int, index: int) -> tuple[float, float]:
+    """The draws of tool call `index` (0, 1, ...) of a run seeded `seed`: whether it fails, and how."""
+    rng = random.Random(f"{seed}/tool/{index}")
+    return rng.random(), rng.random()
