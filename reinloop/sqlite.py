@@ -8,7 +8,7 @@ import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["immediate_transaction"]
+__all__ = ["checkpoint_wal", "immediate_transaction"]
 
 
 @contextlib.contextmanager
@@ -28,3 +28,17 @@ def immediate_transaction(path: str | Path, timeout_s: float = 30.0) -> Iterator
         conn.execute("COMMIT")
     finally:
         conn.close()
+
+
+def checkpoint_wal(path: str | Path) -> bool:
+    """Copy the WAL of the database at `path` back into it and truncate the -wal file, if no other connection is
+    reading or writing right now (no wait: a busy database keeps its WAL until the next try); whether it did."""
+    try:
+        conn = sqlite3.connect(path, timeout=0, isolation_level=None)
+        try:
+            (busy, _, _) = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return False
+    return not busy
