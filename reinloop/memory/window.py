@@ -78,11 +78,30 @@ def failed(entry: Sequence[BaseMessage]) -> bool:
     return all(isinstance(result, ToolMessage) and result.status == "error" for result in results)
 
 
+# Entry keys already computed, by the identity of the entry's messages (compress_memory asks for every entry of
+# the window every round, and a window's messages are the same objects from round to round within a run). The
+# cache holds the messages themselves, so their ids cannot be reused while they are in it.
+KEY_CACHE_SIZE = 4_096
+_keys: dict[tuple[int, ...], tuple[tuple[BaseMessage, ...], str]] = {}
+
+
 def entry_key(entry: Sequence[BaseMessage]) -> str:
     """What makes two window entries the same memory: the same calls (tool name and canonical arguments)
     with the same results, or, for a note without tool calls, the same text. A result answered from cache
     is the result it repeats, so the call it repeats leaves the window and the answer from cache stays.
     Equal results of different calls (`add(2, 2)` and `add(1, 3)` both return 4) are different memories."""
+    ids = tuple(id(message) for message in entry)
+    cached = _keys.get(ids)
+    if cached is not None and all(a is b for a, b in zip(cached[0], entry, strict=True)):
+        return cached[1]
+    key = _entry_key(entry)
+    if len(_keys) >= KEY_CACHE_SIZE:
+        _keys.clear()
+    _keys[ids] = (tuple(entry), key)
+    return key
+
+
+def _entry_key(entry: Sequence[BaseMessage]) -> str:
     head = entry[0]
     calls = head.tool_calls if isinstance(head, AIMessage) else []
     results = [message.text.removeprefix(CACHED_RESULT_PREFIX) for message in entry[1:]]
