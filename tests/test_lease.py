@@ -251,3 +251,36 @@ async def test_postgres_savers_on_a_connection_a_pool_and_async_share_a_threads_
                     pass
             with hold_thread(connected, thread, 0), hold_thread(connected, f"{thread}-other", 0):
                 pass  # other threads are free
+
+
+def test_a_run_s_end_moves_the_sqlite_wal_into_the_database(tmp_path):
+    from reinloop import sqlite_checkpointer
+
+    path = tmp_path / "runs.sqlite"
+    saver = sqlite_checkpointer(path)
+    replies = [tool_call("add", {"a": n, "b": 1}) for n in range(20)] + ["done"]
+    agent = build_agent(ScriptedChatModel(replies=replies), [add], checkpointer=saver)
+    thread = new_thread()
+    assert agent.invoke({"task": "t"}, thread)["finish_reason"] == "answered"
+    wal = path.with_name(path.name + "-wal")
+    assert not wal.exists() or wal.stat().st_size == 0  # truncated: every step is in the database file
+    assert len(list(saver.list(thread))) > 100  # and nothing was lost
+    saver.conn.close()
+
+
+def test_an_async_run_s_end_moves_the_sqlite_wal_into_the_database(tmp_path):
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    path = tmp_path / "runs.sqlite"
+    replies = [tool_call("add", {"a": n, "b": 1}) for n in range(20)] + ["done"]
+
+    async def run() -> int:
+        async with AsyncSqliteSaver.from_conn_string(str(path)) as saver:
+            agent = build_agent(ScriptedChatModel(replies=replies), [add], checkpointer=saver)
+            thread = new_thread()
+            assert (await agent.ainvoke({"task": "t"}, thread))["finish_reason"] == "answered"
+            wal = path.with_name(path.name + "-wal")
+            assert not wal.exists() or wal.stat().st_size == 0
+            return len([c async for c in saver.alist(thread)])
+
+    assert asyncio.run(run()) > 100
