@@ -90,19 +90,20 @@ def run_reinloop_async(iterations: int, checkpointer) -> None:
     run_reinloop(iterations, checkpointer, durability="async")
 
 
-def timed(run: Callable[[int, object], None], iterations: int, storage: str, folder: Path) -> float:
-    """Seconds per iteration for one fresh run (a new database file for each SQLite run)."""
+def timed(run: Callable[[int, object], None], iterations: int, storage: str, folder: Path) -> tuple[float, float]:
+    """Wall seconds and process CPU seconds per iteration for one fresh run (a new database file for each
+    SQLite run)."""
     checkpointer = None
     if storage == "sqlite":
         # The same SqliteSaver set-up for both agents: reinloop's default file checkpointer.
         checkpointer = sqlite_checkpointer(folder / f"{run.__name__}-{time.monotonic_ns()}.sqlite")
     gc.collect()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     run(iterations, checkpointer)
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     if checkpointer is not None:
         checkpointer.conn.close()
-    return elapsed / iterations
+    return elapsed / iterations, cpu / iterations
 
 
 def main() -> None:
@@ -121,20 +122,29 @@ def main() -> None:
             "floor 6 nodes": run_floor(6),  # reinloop's shape: six steps per iteration
             "floor 2 nodes": run_floor(2),  # create_agent's shape: model, tools
         }
-        print("ms per iteration (median); ratio = reinloop / create_agent; floor = LangGraph with no-op nodes")
+        print(
+            "ms per iteration (median), process CPU time and wall time; ratio = reinloop / create_agent, with the "
+            "spread of the per-repeat ratios; floor = LangGraph with no-op nodes"
+        )
         names = " ".join(f"{name:>13}" for name in runs)
-        print(f"{'iterations':>10} {'storage':>8} {names} {'ratio':>6} {'sync cost':>9}")
+        print(f"{'iterations':>10} {'storage':>8} {'clock':>5} {names} {'ratio':>6} {'spread':>11} {'sync cost':>9}")
         for iterations in args.iterations:
             for storage in ("none", "sqlite"):
-                times: dict[str, list[float]] = {name: [] for name in runs}
+                times: dict[str, dict[str, list[float]]] = {"cpu": {}, "wall": {}}
                 for _ in range(args.repeats):  # interleaved, so machine noise hits all alike
                     for name, run in runs.items():
-                        times[name].append(timed(run, iterations, storage, folder) * 1000)
-                ms = {name: statistics.median(values) for name, values in times.items()}
-                ratio = ms["reinloop"] / ms["create_agent"]
-                sync_cost = ms["reinloop"] / ms["reinloop async"]
-                cells = " ".join(f"{value:>13.3f}" for value in ms.values())
-                print(f"{iterations:>10} {storage:>8} {cells} {ratio:>6.2f} {sync_cost:>9.2f}", flush=True)
+                        wall, cpu = timed(run, iterations, storage, folder)
+                        times["wall"].setdefault(name, []).append(wall * 1000)
+                        times["cpu"].setdefault(name, []).append(cpu * 1000)
+                for clock, by_name in times.items():
+                    ms = {name: statistics.median(values) for name, values in by_name.items()}
+                    ratios = [r / c for r, c in zip(by_name["reinloop"], by_name["create_agent"], strict=True)]
+                    ratio = ms["reinloop"] / ms["create_agent"]
+                    sync_cost = ms["reinloop"] / ms["reinloop async"]
+                    cells = " ".join(f"{value:>13.3f}" for value in ms.values())
+                    spread = f"{min(ratios):.2f}-{max(ratios):.2f}"
+                    row = f"{iterations:>10} {storage:>8} {clock:>5} {cells} {ratio:>6.2f} {spread:>11}"
+                    print(f"{row} {sync_cost:>9.2f}", flush=True)
 
 
 if __name__ == "__main__":
