@@ -165,17 +165,17 @@ AGENTS: dict[str, Callable[[int, float, Any], Run]] = {
 }
 
 
-async def timed(agent: str, saver_kind: str, runs: int, args: argparse.Namespace, folder: Path) -> float:
-    """Seconds for `runs` concurrent runs of `agent`, each of which must answer."""
+async def timed(agent: str, saver_kind: str, runs: int, args: argparse.Namespace, folder: Path) -> tuple[float, float]:
+    """Wall seconds and process CPU seconds for `runs` concurrent runs of `agent`, each of which must answer."""
     async with open_saver(saver_kind, folder) as saver:
         run = AGENTS[agent](args.rounds, args.latency, saver)
         gc.collect()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         answered = await asyncio.gather(*(run(n) for n in range(runs)))
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     if not all(answered):
         raise SystemExit(f"{agent}, {saver_kind}, N={runs}: {answered.count(False)} runs did not answer")
-    return elapsed
+    return elapsed, cpu
 
 
 async def main() -> None:
@@ -195,21 +195,28 @@ async def main() -> None:
             await timed(agent, "none", 2, args, folder)
         floor = args.rounds * args.latency
         calls = f"{args.rounds} model calls of {args.latency * 1000:g} ms each: {floor:.2f} s if nothing else took time"
-        print(f"wall seconds of N concurrent runs ({calls}); median of {args.repeats}; ratio = reinloop / create_agent")
+        print(
+            f"seconds of N concurrent runs ({calls}), wall time and process CPU time; median of {args.repeats}; "
+            "ratio = reinloop / create_agent"
+        )
         names = " ".join(f"{name:>14}" for name in AGENTS)
-        print(f"{'saver':>8} {'N':>5} {names} {'ratio':>6} {'spread':>16}")
+        print(f"{'saver':>8} {'N':>5} {'clock':>5} {names} {'ratio':>6} {'spread':>16}")
         for saver_kind in savers:
             for runs in args.runs:
-                times: dict[str, list[float]] = {agent: [] for agent in AGENTS}
+                times: dict[str, dict[str, list[float]]] = {"wall": {}, "cpu": {}}
                 for _ in range(args.repeats):  # interleaved, so machine noise hits all alike
                     for agent in AGENTS:
-                        times[agent].append(await timed(agent, saver_kind, runs, args, folder))
-                seconds = {agent: statistics.median(values) for agent, values in times.items()}
-                ratio = seconds["reinloop"] / seconds["create_agent"]
-                ratios = [mine / theirs for mine, theirs in zip(times["reinloop"], times["create_agent"], strict=True)]
-                spread = f"{min(ratios):.2f}-{max(ratios):.2f}" if len(ratios) > 1 else ""
-                cells = " ".join(f"{value:>14.2f}" for value in seconds.values())
-                print(f"{saver_kind:>8} {runs:>5} {cells} {ratio:>6.2f} {spread:>16}", flush=True)
+                        wall, cpu = await timed(agent, saver_kind, runs, args, folder)
+                        times["wall"].setdefault(agent, []).append(wall)
+                        times["cpu"].setdefault(agent, []).append(cpu)
+                for clock, by_agent in times.items():
+                    seconds = {agent: statistics.median(values) for agent, values in by_agent.items()}
+                    ratio = seconds["reinloop"] / seconds["create_agent"]
+                    pairs = zip(by_agent["reinloop"], by_agent["create_agent"], strict=True)
+                    ratios = [mine / theirs for mine, theirs in pairs]
+                    spread = f"{min(ratios):.2f}-{max(ratios):.2f}" if len(ratios) > 1 else ""
+                    cells = " ".join(f"{value:>14.2f}" for value in seconds.values())
+                    print(f"{saver_kind:>8} {runs:>5} {clock:>5} {cells} {ratio:>6.2f} {spread:>16}", flush=True)
 
 
 if __name__ == "__main__":
