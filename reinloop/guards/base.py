@@ -22,6 +22,7 @@ resumed run keeps it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -32,7 +33,10 @@ from reinloop.text import counted
 if TYPE_CHECKING:
     from reinloop.context import AgentContext
 
-__all__ = ["Guard", "Round", "Seen", "common_fields"]
+__all__ = ["QUOTE_CHARS", "Guard", "Round", "Seen", "called", "common_fields"]
+
+# What a final message quotes (an error, a call) is cut to this length.
+QUOTE_CHARS = 300
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,3 +133,8 @@ def common_fields(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
         "rounds": counted(iteration, "round"),
         "tokens": state.get("usage", NO_USAGE)["total_tokens"],
     }
+
+
+def called(check: CallCheck) -> str:
+    """A call as the model wrote it, `name({arguments})`; default=str: a rejected call's arguments are as sent."""
+    return f"{check['name']}({json.dumps(check['args'], ensure_ascii=False, default=str)})"

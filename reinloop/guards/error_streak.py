@@ -11,15 +11,14 @@ errors continue after it, or at the threshold without `error_reflection`. A re-p
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import ToolMessage
 
-from reinloop.guards.base import Guard, Round
+from reinloop.guards.base import QUOTE_CHARS, Guard, Round, called
 from reinloop.guards.repeats import REFUSALS
-from reinloop.state import AgentState, CallCheck, RunState
+from reinloop.state import AgentState, RunState
 from reinloop.text import counted, gist, truncate
 
 if TYPE_CHECKING:
@@ -32,8 +31,6 @@ REFLECTION_TEMPLATE = (
 )
 # One error of the streak, as the reflection turn lists it: the call and the error's first sentence.
 STREAK_LINE_CHARS = 100
-# The last error, as the final message quotes it, is cut to this length.
-QUOTE_CHARS = 300
 
 
 class ErrorStreak(Guard):
@@ -57,7 +54,7 @@ class ErrorStreak(Guard):
             if seen.error_kind in REFUSALS:
                 continue  # the repeat guards' own feedback: the dead-loop escalation counts these, not the streak
             if seen.error_kind is not None:
-                errors, lines = errors + 1, [*lines, _line(_called(seen.check), seen.content)]
+                errors, lines = errors + 1, [*lines, _line(called(seen.check), seen.content)]
             elif seen.outcome is not None:  # a real tool success; an answer from cache is not one
                 errors, lines, reflected_at = 0, [], None
         keep = ctx.settings.error_threshold
@@ -106,11 +103,6 @@ def listed(errors: list[str]) -> str:
 def _line(what: str, text: str) -> str:
     # Cut once, as a whole line, so the marker counts every character cut.
     return truncate(f"{what}: {gist(text)}", STREAK_LINE_CHARS)
-
-
-def _called(check: CallCheck) -> str:
-    # default=str: arguments of a rejected call are as the model sent them.
-    return f"{check['name']}({json.dumps(check['args'], ensure_ascii=False, default=str)})"
 
 
 def _last_error(state: AgentState) -> str:

@@ -30,13 +30,12 @@ A record saved before records named their tool counts towards its call only, nev
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from reinloop.config import AgentConfig, LoopKey
-from reinloop.guards.base import Guard, Round
+from reinloop.guards.base import QUOTE_CHARS, Guard, Round, called
 from reinloop.state import AgentState, CallCheck, CallRecord, ErrorKind, RunState, ToolOutcome
 from reinloop.text import counted, truncate
 from reinloop.tools.registry import ToolRegistry
@@ -196,10 +195,6 @@ def advance_window(
     return [*window, records][-horizon(settings) :]
 
 
-# A call quoted in the final message is cut to this length.
-QUOTE_CHARS = 300
-
-
 class DeadLoop(Guard):
     """The repeat guards above, and the `dead_loop` stop."""
 
@@ -254,4 +249,4 @@ class DeadLoop(Guard):
 
 def call_text(check: CallCheck) -> str:
     """A call as the model wrote it, `name({arguments})`, cut to a quotable length."""
-    return truncate(f"{check['name']}({json.dumps(check['args'], ensure_ascii=False, default=str)})", QUOTE_CHARS)
+    return truncate(called(check), QUOTE_CHARS)
