@@ -3,8 +3,8 @@ call (decide's turn is in `turn`, the model call in `model_call`, the tool call 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from langchain.agents.middleware import AgentMiddleware
@@ -40,6 +40,8 @@ STOPPED_TEMPLATE = "Stopped by middleware {name!r}."
 # Node hooks, each with its async form `a<name>`.
 NodeHook = Literal["before_agent", "before_model", "after_model", "after_agent"]
 Jump = Literal["model", "tools", "end"]
+# Every hook a middleware may have (each with its async form `a<name>`).
+HOOKS = ("before_agent", "before_model", "wrap_model_call", "after_model", "wrap_tool_call", "after_agent")
 
 
 def overrides(middleware: AgentMiddleware[Any, Any, Any], hook: str) -> bool:
@@ -56,6 +58,8 @@ class Middleware:
     """The agent's middleware, in the order given, and which of them have each hook."""
 
     items: tuple[AgentMiddleware[Any, Any, Any], ...] = ()
+    # The items with each hook (its sync or async form), found once: the nodes ask every round and every call.
+    by_hook: Mapping[str, tuple[AgentMiddleware[Any, Any, Any], ...]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, items: Sequence[AgentMiddleware[Any, Any, Any]]) -> Middleware:
@@ -73,10 +77,11 @@ class Middleware:
         names = [item.name for item in items]
         if len(set(names)) != len(names):
             raise ConfigurationError(f"middleware names must be unique (create_agent's rule): {names}")
-        return cls(tuple(items))
+        by_hook = {hook: tuple(item for item in items if _has(item, hook)) for hook in HOOKS}
+        return cls(tuple(items), {hook: found for hook, found in by_hook.items() if found})
 
-    def with_hook(self, hook: str) -> list[AgentMiddleware[Any, Any, Any]]:
-        return [item for item in self.items if _has(item, hook)]
+    def with_hook(self, hook: str) -> tuple[AgentMiddleware[Any, Any, Any], ...]:
+        return self.by_hook.get(hook, ())
 
     @property
     def tools(self) -> list[BaseTool]:
@@ -89,7 +94,7 @@ class Middleware:
     @property
     def around_model(self) -> bool:
         """Whether decide runs any hook."""
-        return any(self.with_hook(hook) for hook in ("before_agent", "before_model", "wrap_model_call", "after_model"))
+        return any(hook in self.by_hook for hook in ("before_agent", "before_model", "wrap_model_call", "after_model"))
 
     def node_hook(self, item: AgentMiddleware[Any, Any, Any], hook: NodeHook, state: Any, runtime: Any) -> Steps[Any]:
         """One node hook's update: the sync form under invoke, the async one under ainvoke (the sync form when

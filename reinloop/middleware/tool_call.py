@@ -33,7 +33,7 @@ def wrapped(middleware: Middleware, entry: RegisteredTool, call_id: str, ctx: Ag
     wrappers = middleware.with_hook("wrap_tool_call")
     if not wrappers or entry.isolation == "process":
         return entry
-    return replace(entry, run_as=_WrappedTool(entry.runner, tuple(wrappers), call_id, ctx))  # type: ignore[arg-type]
+    return replace(entry, run_as=_WrappedTool(entry.runner, wrappers, call_id, ctx))  # type: ignore[arg-type]
 
 
 class _WrappedTool:
