@@ -34,10 +34,6 @@ class ModelTurn:
     blocked: dict[str, str] = field(default_factory=dict)  # calls of the reply a hook answered: their messages
     written: dict[str, Any] = field(default_factory=dict)  # the hooks' other state changes
 
-    @property
-    def reply(self) -> BaseMessage | None:
-        return self.replies[-1][0] if self.replies else None
-
 
 class _View:
     """The state as middleware sees it, with the hooks' changes applied as create_agent's reducers would."""
