@@ -31,6 +31,7 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 
+from reinloop import _langchain
 from reinloop.drivers import Steps, adrive, drive, io
 from reinloop.state import ErrorKind
 from reinloop.tools.results import (
@@ -132,6 +133,10 @@ def _settle_steps(
         return ToolRun("tool_error", str(exc))
     except BaseException as exc:
         return ToolRun("tool_error", rules.error_text(exc), transient=rules.transient(exc))
+
+
+# What LangChain works out on every tool call, worked out once per function (`reinloop._langchain`).
+_langchain.install()
 
 
 def invoke_tool(tool: BaseTool, args: dict[str, Any], config: RunnableConfig | None = None) -> Any:

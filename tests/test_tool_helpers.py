@@ -1,0 +1,176 @@
+"""LangChain's per-call tool helpers, memoized by `reinloop._langchain`: the same answers as LangChain's own,
+worked out once, and tools that behave as they did."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import types
+from typing import Annotated, Any
+
+import langchain_core.tools.base as tools_base
+import langchain_core.tools.simple as tools_simple
+import langchain_core.tools.structured as tools_structured
+import pytest
+from langchain_core.callbacks import BaseCallbackHandler, CallbackManagerForToolRun
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool, InjectedToolArg, InjectedToolCallId, StructuredTool, Tool, tool
+from pydantic import BaseModel
+
+from reinloop import _langchain
+from reinloop.tools.outcomes import invoke_tool
+
+ORIGINAL = _langchain.ORIGINALS
+
+
+def test_installed_when_reinloop_runs_tools() -> None:
+    assert _langchain.installed()
+    for module in (tools_base, tools_structured, tools_simple):
+        assert module._signature_parameters is not ORIGINAL["_signature_parameters"]
+        assert module._get_runnable_config_param is not ORIGINAL["_get_runnable_config_param"]
+    assert tools_base.get_all_basemodel_annotations is not ORIGINAL["get_all_basemodel_annotations"]
+    assert _langchain.install()  # once: a second call replaces nothing again
+
+
+def _with_config(a: int, config: RunnableConfig, *, callbacks: Any = None) -> int:
+    return a
+
+
+class _Holder:
+    def method(self, a: int, settings: RunnableConfig) -> int:
+        return a
+
+    def __call__(self, a: int, config: RunnableConfig) -> int:
+        return a
+
+
+CALLABLES = {
+    "function": _with_config,
+    "bound method": _Holder().method,
+    "function of the method": _Holder.method,
+    "partial": functools.partial(_with_config, 1),
+    "callable object": _Holder(),
+    "no hints": lambda a, b: a,
+}
+
+
+@pytest.mark.parametrize("name", list(CALLABLES))
+def test_signatures_and_config_params_match_langchain(name: str) -> None:
+    func = CALLABLES[name]
+    for _ in range(2):  # the first call works it out, the second finds it kept
+        assert dict(tools_base._signature_parameters(func)) == dict(ORIGINAL["_signature_parameters"](func))
+        assert tools_base._get_runnable_config_param(func) == ORIGINAL["_get_runnable_config_param"](func)
+
+
+def test_a_bound_method_and_its_function_are_kept_apart() -> None:
+    assert list(tools_base._signature_parameters(_Holder().method)) == ["a", "settings"]
+    assert list(tools_base._signature_parameters(_Holder.method)) == ["self", "a", "settings"]
+
+
+def test_hints_that_fail_to_resolve_are_tried_again() -> None:
+    # A forward reference to a name defined later: LangChain finds no config parameter until it resolves.
+    def late(a: int, config: LaterConfig) -> int:  # type: ignore[name-defined]  # noqa: F821
+        return a
+
+    assert tools_base._get_runnable_config_param(late) is None
+    sys.modules[__name__].LaterConfig = RunnableConfig  # type: ignore[attr-defined]
+    try:
+        assert tools_base._get_runnable_config_param(late) == "config"
+    finally:
+        del sys.modules[__name__].LaterConfig  # type: ignore[attr-defined]
+
+
+class _Args(BaseModel):
+    a: int
+    note: Annotated[str, InjectedToolArg]
+    call_id: Annotated[str, InjectedToolCallId]
+
+
+def test_schema_annotations_match_langchain_and_are_copies() -> None:
+    first = tools_base.get_all_basemodel_annotations(_Args)
+    assert first == ORIGINAL["get_all_basemodel_annotations"](_Args)
+    first.clear()  # a caller that changes what it was given changes nothing kept
+    assert tools_base.get_all_basemodel_annotations(_Args) == ORIGINAL["get_all_basemodel_annotations"](_Args)
+    unbound = tools_base.get_all_basemodel_annotations(_Args, default_to_bound=False)
+    assert unbound == ORIGINAL["get_all_basemodel_annotations"](_Args, default_to_bound=False)
+
+
+def test_an_unfinished_model_is_worked_out_every_call() -> None:
+    class Node(BaseModel):
+        child: Later | None = None  # type: ignore[name-defined]  # noqa: F821
+
+    assert not Node.__pydantic_complete__
+    assert tools_base.get_all_basemodel_annotations(Node) == {}  # LangChain finds no fields in it yet
+    sys.modules[__name__].Later = int  # type: ignore[attr-defined]
+    try:
+        Node.model_rebuild()
+        assert Node.__pydantic_complete__
+        assert set(tools_base.get_all_basemodel_annotations(Node)) == {"child"}
+    finally:
+        del sys.modules[__name__].Later  # type: ignore[attr-defined]
+
+
+# tools behave as LangChain has them -------------------------------------------------------------------
+
+
+class _Seen(BaseCallbackHandler):
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def on_tool_start(self, *args: Any, **kwargs: Any) -> None:
+        self.events.append("start")
+
+    def on_tool_end(self, *args: Any, **kwargs: Any) -> None:
+        self.events.append("end")
+
+
+def test_tools_get_config_callbacks_run_managers_and_injected_arguments() -> None:
+    seen: dict[str, Any] = {}
+
+    @tool
+    def configured(a: int, config: RunnableConfig) -> int:
+        """Uses its config."""
+        seen["config"] = config["metadata"]["who"]
+        return a
+
+    def with_callbacks(a: int, callbacks: Any = None) -> int:
+        seen["callbacks"] = callbacks is not None
+        return a
+
+    @tool
+    def injected(a: int, call_id: Annotated[str, InjectedToolCallId]) -> str:
+        """Sees its call's id."""
+        return f"{a} {call_id}"
+
+    class Managed(BaseTool):
+        name: str = "managed"
+        description: str = "Sees its run manager."
+
+        def _run(self, a: int, run_manager: CallbackManagerForToolRun | None = None) -> str:
+            return type(run_manager).__name__
+
+    handler = _Seen()
+    config: RunnableConfig = {"metadata": {"who": "me"}, "callbacks": [handler]}
+    for _ in range(2):
+        assert invoke_tool(configured, {"a": 1}, config) == 1
+        assert invoke_tool(StructuredTool.from_function(with_callbacks, name="cb", description="d"), {"a": 2}, config)
+        assert invoke_tool(Managed(), {"a": 3}, config) == "CallbackManagerForToolRun"
+        call = {"type": "tool_call", "name": "injected", "args": {"a": 4}, "id": "call-7"}
+        assert invoke_tool(injected, call, config).content == "4 call-7"  # type: ignore[arg-type]
+        assert invoke_tool(Tool(name="plain", description="d", func=lambda text: text.upper()), {"text": "x"}) == "X"
+    assert seen == {"config": "me", "callbacks": True}
+    assert handler.events.count("start") == handler.events.count("end") == 8
+
+
+def test_functions_are_not_kept_alive() -> None:
+    import gc
+
+    def short_lived(a: int, config: RunnableConfig) -> int:
+        return a
+
+    tools_base._signature_parameters(short_lived)
+    tools_base._get_runnable_config_param(short_lived)
+    code = short_lived.__code__
+    del short_lived
+    gc.collect()
+    assert not any(isinstance(o, types.FunctionType) and o.__code__ is code for o in gc.get_objects())
