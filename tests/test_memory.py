@@ -6,6 +6,8 @@ import threading
 
 import pytest
 import tiktoken
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import ToolException, tool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -14,6 +16,7 @@ from reinloop import AgentConfig, ConfigurationError, build_agent, resume
 from reinloop.memory import TokenCounter, pairing_violations
 from reinloop.memory.summary import SUMMARY_PROMPT
 from reinloop.prompt import MEMORY_HEADER, fit_to_budget, prompt_tokens
+from reinloop.storable import clean_text
 from reinloop.testing import ScriptedChatModel, parallel_calls, tool_call
 from reinloop.text import truncate
 from tests.conftest import THREAD, add, make_agent, make_context, new_thread
@@ -332,6 +335,31 @@ def test_odd_text_never_makes_memory_raise():
     ctx = make_context(tools=(echo,), memory_capacity=1, compress_every=1, summarizer=summarizer)
     update = compress_memory({"task": "t", "messages": [*paired(1, odd), *paired(2, odd + "!")]}, ctx, {})
     assert update["summaries"] == ["a summary \ufffd"]  # model text is cleaned where it enters state
+
+
+LINE_PIECES = ["- ", "word", " ", "  ", "\n", "\n\n", "\r\n", "\t", ".", "'s", "123", "4567", "é", "日本", "🙂",
+               "\ud83d", "<|endoftext|>", "{\"a\": 1}", "-", "/", "x"]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(LINE_PIECES), min_size=60, max_size=400))
+def test_a_long_text_counted_line_by_line_counts_as_a_whole(pieces: list[str]) -> None:
+    counter = TokenCounter()
+    text = "".join(pieces)
+    whole = len(counter.encoding.encode(clean_text(text), disallowed_special=()))
+    assert counter.text(text) == whole
+
+
+def test_a_note_that_grows_a_line_is_encoded_only_for_its_new_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    counter = TokenCounter()
+    lines = [f"- step {n}: read notes-{n}.txt and found {n * 7} lines." for n in range(40)]
+    counter.text(MEMORY_HEADER + "\n" + "\n".join(lines[:-1]))
+    encoded: list[str] = []
+    encode = counter.encoding.encode
+    monkeypatch.setattr(counter.encoding, "encode", lambda text, **kw: encoded.append(text) or encode(text, **kw))
+    grown = MEMORY_HEADER + "\n" + "\n".join(lines)
+    assert counter.text(grown) == len(encode(grown))
+    assert encoded == [lines[-2] + "\n", lines[-1]]  # the old last line gained its newline: the rest were kept
 
 
 # The window's LRU: two entries are one memory only when the calls and the results are the same -----------

