@@ -7,10 +7,13 @@ run in the same process, one cell after the other, without a checkpointer and wi
 Each agent runs with its defaults: reinloop saves every step before the next (durability "sync"),
 create_agent in the background ("async"); "reinloop async" is reinloop with durability="async". The floors
 are LangGraph alone, with the same model latency: a loop of async no-op nodes of reinloop's shape (six steps
-a round) and of create_agent's (two), on the same savers.
+a round) and of create_agent's (two), on the same savers; and "floor topology", reinloop's own state schema
+and wiring with the model awaited and the tool called in its nodes and nothing else done (`r/ft`: what
+reinloop's work costs on top of the graph LangGraph runs for it).
 
 Run: python benchmarks/concurrency.py [--runs 1 50 200 1000] [--repeats 2] [--rounds 5] [--latency 0.05].
-Prints the wall time of each cell (all N runs) and the ratio reinloop / create_agent; every run must answer.
+Prints the wall time and CPU time of each cell (all N runs), the ratios reinloop / create_agent and reinloop /
+floor topology; every run must answer.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import gc
 import itertools
 import os
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -135,6 +139,62 @@ def floor_runs(nodes: int) -> Callable[[int, float, Any], Run]:
     return build
 
 
+def floor_topology_runs(rounds: int, latency: float, saver: Any) -> Run:
+    """LangGraph's floor for reinloop's own topology with the calls a round makes: reinloop's state schema and
+    wiring (the call sent to execute_tool, the conditional edges after validate_args and check_finish), the
+    model awaited in decide and the tool called in execute_tool, and no other work in any node."""
+    from langchain_core.messages import HumanMessage
+    from langgraph.types import Send
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from rounds import shape_input
+
+    from reinloop.state import RunState
+
+    remote = RemoteModel(respond=lambda messages: tool_call("add", {"a": 1, "b": 1}), latency=latency)
+    bound = remote.bind_tools([add])
+    prompt = [HumanMessage("add")]
+
+    async def decide(state: dict[str, Any]) -> dict[str, Any]:
+        await bound.ainvoke(prompt)
+        return {}
+
+    async def execute_tool(send: dict[str, Any]) -> dict[str, Any]:
+        add.invoke({"a": 1, "b": 1})
+        return {}
+
+    async def no_op(state: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+    async def check_finish(state: dict[str, Any]) -> dict[str, Any]:
+        return {"iteration": state["iteration"] + 1}
+
+    graph = StateGraph(RunState)
+    graph.add_node("decide", decide)
+    graph.add_node("execute_tool", execute_tool)
+    for name in ("validate_args", "observe", "compress_memory", "circuit_break"):
+        graph.add_node(name, no_op)
+    graph.add_node("check_finish", check_finish)
+    graph.add_edge(START, "decide")
+    graph.add_edge("decide", "validate_args")
+    graph.add_conditional_edges("validate_args", lambda state: [Send("execute_tool", {"call_id": "call"})],
+                                ["execute_tool", "observe", "decide", "check_finish"])  # fmt: skip
+    graph.add_edge("execute_tool", "observe")
+    graph.add_edge("observe", "compress_memory")
+    graph.add_edge("compress_memory", "check_finish")
+    graph.add_conditional_edges("check_finish", lambda s: END if s["iteration"] >= s["iterations_left"] else "decide",
+                                ["decide", "circuit_break", END])  # fmt: skip
+    graph.add_edge("circuit_break", END)
+    app = graph.compile(checkpointer=saver)
+
+    async def run(n: int) -> bool:
+        config = {"configurable": {"thread_id": f"t{n}"}, "recursion_limit": 10**6}
+        result = await app.ainvoke(shape_input(rounds), config)
+        return bool(result["iteration"] == rounds)
+
+    return run
+
+
 @contextlib.asynccontextmanager
 async def open_saver(kind: str, folder: Path) -> AsyncIterator[Any]:
     """A fresh checkpointer of `kind` for one cell."""
@@ -162,6 +222,7 @@ AGENTS: dict[str, Callable[[int, float, Any], Run]] = {
     "create_agent": create_agent_runs,
     "floor 6 nodes": floor_runs(6),  # reinloop's shape: six steps a round
     "floor 2 nodes": floor_runs(2),  # create_agent's shape: model, tools
+    "floor topology": floor_topology_runs,  # reinloop's state and wiring, with the calls
 }
 
 
@@ -197,10 +258,10 @@ async def main() -> None:
         calls = f"{args.rounds} model calls of {args.latency * 1000:g} ms each: {floor:.2f} s if nothing else took time"
         print(
             f"seconds of N concurrent runs ({calls}), wall time and process CPU time; median of {args.repeats}; "
-            "ratio = reinloop / create_agent"
+            "ratio = reinloop / create_agent; r/ft = reinloop / floor topology"
         )
         names = " ".join(f"{name:>14}" for name in AGENTS)
-        print(f"{'saver':>8} {'N':>5} {'clock':>5} {names} {'ratio':>6} {'spread':>16}")
+        print(f"{'saver':>8} {'N':>5} {'clock':>5} {names} {'ratio':>6} {'spread':>16} {'r/ft':>6}")
         for saver_kind in savers:
             for runs in args.runs:
                 times: dict[str, dict[str, list[float]]] = {"wall": {}, "cpu": {}}
@@ -216,7 +277,9 @@ async def main() -> None:
                     ratios = [mine / theirs for mine, theirs in pairs]
                     spread = f"{min(ratios):.2f}-{max(ratios):.2f}" if len(ratios) > 1 else ""
                     cells = " ".join(f"{value:>14.2f}" for value in seconds.values())
-                    print(f"{saver_kind:>8} {runs:>5} {clock:>5} {cells} {ratio:>6.2f} {spread:>16}", flush=True)
+                    to_floor = seconds["reinloop"] / seconds["floor topology"]
+                    row = f"{saver_kind:>8} {runs:>5} {clock:>5} {cells} {ratio:>6.2f} {spread:>16} {to_floor:>6.2f}"
+                    print(row, flush=True)
 
 
 if __name__ == "__main__":
