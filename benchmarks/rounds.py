@@ -19,7 +19,9 @@ Columns:
 
 Ratios: `r/ca` = reinloop / create_agent; `r/fl` = reinloop / (floor shape + calls), the issue's acceptance
 figure (<= 1.15 at 100 rounds without a saver and at 400 with SQLite; r/ca <= 0.5 at 1,000 with SQLite);
-`ft/fl` = (floor topology + calls) / (floor shape + calls): how much of the 1.15 the edges alone take.
+`ft/fl` = (floor topology + calls) / (floor shape + calls): how much of the 1.15 the edges alone take;
+`r/ft` = reinloop / (floor topology + calls), issue 29's acceptance figure (<= 1.75 without a saver, <= 1.5
+with SQLite). Each row is printed for wall time and for the process's CPU time.
 
 With SQLite, also per round of the reinloop thread: `ckpt B` the bytes of the latest checkpoint (checkpoint
 and metadata blobs as stored; it is the same whatever the round, if the state is bounded), `ckpt@1/2` the
@@ -237,6 +239,20 @@ def measure(names: list[str], rounds: int, storage: str, repeats: int, folder: P
     return {"times": times, "cpu": cpu, "sizes": size}
 
 
+def _ratios(ms: dict[str, float]) -> str:
+    """r/ca, r/fl, ft/fl and r/ft of one row's medians (0 where a column was not run)."""
+    floor = ms.get("floor-shape", 0) + ms.get("calls", 0)
+    topology = ms.get("floor-topology", 0) + ms.get("calls", 0) if "floor-topology" in ms else 0
+    mine = ms.get("reinloop", 0)
+    ratios = (
+        mine / ms["create_agent"] if mine and "create_agent" in ms else 0,
+        mine / floor if mine and floor else 0,
+        topology / floor if topology and floor else 0,
+        mine / topology if mine and topology else 0,
+    )
+    return " ".join(f"{ratio:>5.2f}" for ratio in ratios)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, nargs="+", default=[100, 400, 1000])
@@ -252,27 +268,22 @@ def main() -> None:
         for name in args.only:  # warm imports and caches
             timed(name, 3, "none", folder)
         header = " ".join(f"{name:>12}" for name in args.only)
-        print("ms per round, median of", args.repeats, "interleaved repeats")
-        print(f"{'rounds':>6} {'storage':>7} {header} {'r/ca':>5} {'r/fl':>5} {'ft/fl':>5} {'ckpt B':>7} "
-              f"{'ckpt@1/2':>8} {'db B/rd':>8}")  # fmt: skip
+        print("ms per round, median of", args.repeats, "interleaved repeats; wall time, then process CPU time")
+        print(f"{'rounds':>6} {'storage':>7} {'clock':>5} {header} {'r/ca':>5} {'r/fl':>5} {'ft/fl':>5} {'r/ft':>5} "
+              f"{'ckpt B':>7} {'ckpt@1/2':>8} {'db B/rd':>8}")  # fmt: skip
         for rounds in args.rounds:
             for storage in args.storage:
                 result = measure(args.only, rounds, storage, args.repeats, folder)
                 out.append({"rounds": rounds, "storage": storage, **result})
-                ms = {name: statistics.median(values) for name, values in result["times"].items()}
-                ratio_ca = ms["reinloop"] / ms["create_agent"] if {"reinloop", "create_agent"} <= ms.keys() else 0
-                floor = ms.get("floor-shape", 0) + ms.get("calls", 0)
-                ratio_fl = ms["reinloop"] / floor if "reinloop" in ms and floor else 0
-                topology = ms.get("floor-topology", 0) + ms.get("calls", 0)
-                ratio_ft = topology / floor if "floor-topology" in ms and floor else 0
                 own = result["sizes"].get("reinloop", {})
-                cells = " ".join(f"{value:>12.3f}" for value in ms.values())
-                print(f"{rounds:>6} {storage:>7} {cells} {ratio_ca:>5.2f} {ratio_fl:>5.2f} {ratio_ft:>5.2f} "
-                      f"{own.get('ckpt', 0):>7.0f} {own.get('ckpt_mid', 0):>8.0f} {own.get('db_per_round', 0):>8.0f}",
-                      flush=True)  # fmt: skip
-                if args.spread:
-                    spreads = " ".join(f"{min(v):>5.2f}-{max(v):<6.2f}" for v in result["times"].values())
-                    print(f"{'':>14} {spreads}", flush=True)
+                for clock, key in (("wall", "times"), ("cpu", "cpu")):
+                    ms = {name: statistics.median(values) for name, values in result[key].items()}
+                    cells = " ".join(f"{value:>12.3f}" for value in ms.values())
+                    print(f"{rounds:>6} {storage:>7} {clock:>5} {cells} {_ratios(ms)} {own.get('ckpt', 0):>7.0f} "
+                          f"{own.get('ckpt_mid', 0):>8.0f} {own.get('db_per_round', 0):>8.0f}", flush=True)  # fmt: skip
+                    if args.spread:
+                        spreads = " ".join(f"{min(v):>5.2f}-{max(v):<6.2f}" for v in result[key].values())
+                        print(f"{'':>20} {spreads}", flush=True)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
     sys.stdout.flush()
