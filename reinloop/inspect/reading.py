@@ -1,0 +1,150 @@
+"""What the pages of `reinloop inspect` read from the runs database: a page of threads (each from its latest
+checkpoint only), one thread's history as a timeline with its graph, and where a thread stands now."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.types import Interrupt
+
+from reinloop.inspect.timeline import Timeline, timeline
+
+__all__ = ["PAGE_SIZE", "Approval", "Status", "ThreadPage", "ThreadRow", "ThreadView", "status", "thread_page", "view"]
+
+PAGE_SIZE = 25
+
+
+@dataclass(frozen=True)
+class ThreadRow:
+    """One thread in the list, as its latest checkpoint has it."""
+
+    thread_id: str
+    task: str
+    finish_reason: str  # "" while running, or stopped mid-step
+    rounds: int
+    tokens: int
+    updated: str  # when its latest checkpoint was saved, UTC, to the second
+
+
+@dataclass(frozen=True)
+class ThreadPage:
+    rows: list[ThreadRow]
+    page: int  # from 1
+    pages: int
+    total: int
+
+
+@dataclass(frozen=True)
+class Status:
+    """Where a thread stands: what the page polls to know it must redraw."""
+
+    checkpoint: str  # the latest checkpoint's id
+    finish_reason: str | None
+    next: list[str]  # the nodes it stopped before (a run in progress, an approval, a crash)
+
+
+@dataclass(frozen=True)
+class Approval:
+    """A call waiting for a person's answer (`reinloop.approvals`)."""
+
+    interrupt_id: str
+    name: str
+    args: str  # JSON
+    thought: str
+
+
+@dataclass
+class ThreadView:
+    """One thread: its state now, its timeline and its graph with the path marked."""
+
+    thread_id: str
+    values: dict[str, Any]
+    status: Status
+    timeline: Timeline
+    svg: str
+    approvals: list[Approval] = field(default_factory=list)
+    tokens: list[tuple[int, int]] = field(default_factory=list)  # (round, tokens) for the chart
+
+
+def thread_page(saver: Any, page: int, size: int = PAGE_SIZE) -> ThreadPage:
+    """The threads on `page` (from 1), the most recently saved first."""
+    from reinloop.prune import latest_checkpoints
+
+    latest = latest_checkpoints(saver)
+    pages = max(1, -(-len(latest) // size))
+    page = min(max(page, 1), pages)
+    rows = [_row(saver, thread) for thread, _ in latest[(page - 1) * size : page * size]]
+    return ThreadPage([row for row in rows if row is not None], page, pages, len(latest))
+
+
+def _row(saver: Any, thread: str) -> ThreadRow | None:
+    found = saver.get_tuple(_config(thread))
+    if found is None:  # pruned or deleted since it was listed
+        return None
+    values = found.checkpoint.get("channel_values") or {}
+    return ThreadRow(
+        thread_id=thread,
+        task=str(values.get("task") or ""),
+        finish_reason=str(values.get("finish_reason") or ""),
+        rounds=int(values.get("iteration") or 0),
+        tokens=int((values.get("usage") or {}).get("total_tokens", 0)),
+        updated=str(found.checkpoint.get("ts", ""))[:19].replace("T", " "),
+    )
+
+
+def status(saver: Any, thread: str) -> Status | None:
+    """Where `thread` stands; None for a thread the database does not have."""
+    from reinloop.graph import agent_topology
+
+    snapshot = agent_topology(saver).get_state(_config(thread))
+    if snapshot.metadata is None:
+        return None
+    return _status(snapshot)
+
+
+def _status(snapshot: Any) -> Status:
+    return Status(
+        checkpoint=str(snapshot.config["configurable"]["checkpoint_id"]),
+        finish_reason=snapshot.values.get("finish_reason"),
+        next=list(snapshot.next),
+    )
+
+
+def view(saver: Any, thread: str) -> ThreadView | None:
+    """`thread` as its page shows it; None for a thread the database does not have."""
+    from reinloop.draw import path_svg
+    from reinloop.graph import agent_topology
+
+    topology = agent_topology(saver)
+    snapshots = list(topology.get_state_history(_config(thread)))[::-1]
+    if not snapshots:
+        return None
+    latest = snapshots[-1]
+    rounds = timeline(snapshots)
+    svg = path_svg(topology, rounds.nodes, rounds.edges, rounds.stopped_at)
+    approvals = [_approval(interrupt) for interrupt in latest.interrupts if _is_approval(interrupt)]
+    tokens = [(each.number, each.tokens) for each in rounds.rounds if each.number]
+    return ThreadView(thread, dict(latest.values), _status(latest), rounds, svg, approvals, tokens)
+
+
+def _is_approval(interrupt: Interrupt) -> bool:
+    from reinloop.approvals import APPROVAL_REQUEST_TYPE
+
+    return isinstance(interrupt.value, dict) and interrupt.value.get("type") == APPROVAL_REQUEST_TYPE
+
+
+def _approval(interrupt: Interrupt) -> Approval:
+    request = interrupt.value
+    return Approval(
+        interrupt_id=str(interrupt.id),
+        name=str(request.get("name")),
+        args=json.dumps(request.get("args"), ensure_ascii=False),
+        thought=str(request.get("thought") or ""),
+    )
+
+
+def _config(thread: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": thread}}
