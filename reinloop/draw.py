@@ -57,7 +57,7 @@ def path_svg(
 ) -> str:
     """The agent's graph as SVG (through Graphviz's `dot`) with a run's path marked: the `nodes` and `edges` it
     went through (class ``visited``) and the node where it stopped (class ``stopped``). Each node's SVG group
-    has the id ``node-<name>``."""
+    has the id ``node_<name>``."""
     svg = _rendered(_digraph(agent, _Marks(frozenset(nodes), frozenset(edges), stopped_at, named=True)), "svg")
     return svg.decode() if isinstance(svg, bytes) else svg
 
@@ -69,10 +69,10 @@ class _Marks:
     nodes: frozenset[str] = field(default_factory=frozenset)
     edges: frozenset[tuple[str, str]] = field(default_factory=frozenset)
     stopped_at: str | None = None
-    named: bool = False  # each node's SVG group gets the id "node-<name>"
+    named: bool = False  # each node's SVG group gets the id "node_<name>"
 
     def node(self, node_id: str) -> dict[str, str]:
-        named = {"id": f"node-{node_id}"} if self.named else {}
+        named = {"id": f"node_{node_id}"} if self.named else {}
         if node_id == self.stopped_at:
             return {**named, "class": "stopped", "color": STOPPED_COLOR, "penwidth": "3", "fontcolor": STOPPED_COLOR}
         if node_id in self.nodes:

@@ -106,7 +106,7 @@ class Step:
     after: Mapping[str, Any]
     before: Mapping[str, Any]
     source: str = "loop"  # the checkpoint's source: "input", "loop", or "update" (a resume)
-    waiting: bool = False  # the node stopped at an interrupt (an approval)
+    waiting: frozenset[str] = frozenset()  # the calls it waits to have approved (by call id), at its interrupts
 
 
 def steps(snapshots: Sequence[StateSnapshot]) -> Iterator[Step]:
@@ -120,7 +120,14 @@ def steps(snapshots: Sequence[StateSnapshot]) -> Iterator[Step]:
             yield Step("update", {}, snapshot.values, before, source)
         for task in snapshot.tasks:
             if task.result is not None or task.interrupts:
-                yield Step(task.name, task.result or {}, after, snapshot.values, source, bool(task.interrupts))
+                waiting = frozenset() if task.result is not None else _waiting(task.interrupts)
+                yield Step(task.name, task.result or {}, after, snapshot.values, source, waiting)
+
+
+def _waiting(interrupts: Sequence[Any]) -> frozenset[str]:
+    """The ids of the calls that `interrupts` (approval requests) are for."""
+    values = [interrupt.value for interrupt in interrupts]
+    return frozenset(str(value.get("tool_call_id")) for value in values if isinstance(value, dict))
 
 
 def timeline(snapshots: Sequence[StateSnapshot]) -> Timeline:
@@ -157,9 +164,7 @@ class _Builder:
             self._path(END)
             self.result.stopped_at = END
         elif self.previous:
-            if self.previous[-1] == CIRCUIT_BREAK:
-                self._path(END)
-            self.result.stopped_at = CIRCUIT_BREAK if CIRCUIT_BREAK in self.result.nodes else self.previous[-1]
+            self.result.stopped_at = self.previous[-1]
 
     # the path -------------------------------------------------------------------------------------------
 
@@ -254,7 +259,10 @@ def _on_validate_args(built: _Builder, step: Step) -> None:
         elif check.get("error_kind"):
             call.outcome, call.note, call.failed = check["error_kind"], check.get("error"), True
         else:
-            call.outcome = "waiting" if step.waiting else "ok"
+            call.outcome = "ok"
+    for call in current.calls:
+        if call.call_id in step.waiting:
+            call.outcome = "waiting"
     if step.writes.get("correction"):
         current.events.append(Event("retry", "unreadable reply: asked again with a correction hint"))
 
@@ -316,6 +324,8 @@ def _on_circuit_break(built: _Builder, step: Step) -> None:
     messages: list[BaseMessage] = [m for m in step.writes.get("messages", []) if isinstance(m, AIMessage)]
     text = " ".join(str(m.response_metadata.get(EXPLANATION_KEY, m.text)) for m in messages)
     reason = step.after.get("finish_reason") or step.before.get("finish_reason")
+    built.result.edges.add((CIRCUIT_BREAK, END))
+    built.result.nodes.add(END)
     rounds = built.result.rounds
     if rounds:
         rounds[-1].events.append(Event("finish", text, str(reason)))

@@ -1,0 +1,375 @@
+"""`reinloop inspect`: the timeline read from a thread's history, and the web app's routes (Starlette's test
+client) over runs made by the real command against a scripted OpenAI-compatible server."""
+
+import io
+import shutil
+import sqlite3
+import time
+from pathlib import Path
+from unittest import mock
+
+import pytest
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from starlette.testclient import TestClient
+
+from reinloop import AgentConfig, build_agent, resume
+from reinloop.cli import main
+from reinloop.graph import CHECK_FINISH, CIRCUIT_BREAK, DECIDE, VALIDATE_ARGS, agent_topology
+from reinloop.inspect import inspect_app
+from reinloop.inspect.actions import ActionError, answer_from_form
+from reinloop.inspect.timeline import END, timeline
+from reinloop.testing import ScriptedChatModel, json_action, tool_call
+from tests.openai_server import ScriptedOpenAIServer
+from tests.test_checkpointers import BAD_FILES, damage, saved_thread
+
+SCRIPT = '<script>alert("owned")</script>'
+
+# the timeline ------------------------------------------------------------------------------------------------
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+@tool
+def echo(text: str) -> str:
+    """Say `text` back."""
+    return text
+
+
+def history(agent, thread="t"):
+    return list(agent_topology(agent.checkpointer).get_state_history({"configurable": {"thread_id": thread}}))[::-1]
+
+
+def agent_with(replies, tools=(add, echo), **config):
+    model = ScriptedChatModel(replies=replies)
+    return build_agent(model, list(tools), checkpointer=InMemorySaver(), config=AgentConfig(**config))
+
+
+def test_a_break_reads_as_its_rounds_calls_and_finish_with_the_stopping_node():
+    agent = agent_with([tool_call("add", {"a": 1, "b": 2}), tool_call("add", {"a": 1, "b": "x"})], max_iterations=2)
+    assert agent.invoke({"task": "add"}, {"configurable": {"thread_id": "t"}})["finish_reason"] == "max_iterations"
+    read = timeline(history(agent))
+    task, first, second = read.rounds
+    assert [event.kind for event in task.events] == ["task"] and task.events[0].text == "add"
+    assert (first.number, [(c.name, c.args, c.outcome, c.result) for c in first.calls]) == (
+        1, [("add", '{"a": 1, "b": 2}', "ok", "3")]
+    )  # fmt: skip
+    (invalid,) = second.calls
+    assert (invalid.outcome, invalid.failed) == (
+        "invalid_args",
+        True,
+    ) and "Input should be a valid integer" in invalid.note
+    finish = second.events[-1]
+    assert (finish.kind, finish.reason) == ("finish", "max_iterations")
+    assert finish.text.startswith("Stopped: no final answer after 2 rounds") and "reinloop.resume" not in finish.text
+    assert first.tokens > 0 and second.tokens > 0
+    assert read.stopped_at == CIRCUIT_BREAK
+    assert {(CHECK_FINISH, CIRCUIT_BREAK), (CHECK_FINISH, DECIDE), ("__start__", DECIDE)} <= read.edges
+
+
+def test_an_answer_after_a_resume_reads_as_the_resume_its_hint_and_the_answer():
+    agent = agent_with([tool_call("add", {"a": 1, "b": 2}), "It is 3."], max_iterations=1)
+    config = {"configurable": {"thread_id": "t"}}
+    agent.invoke({"task": "add"}, config)
+    resume(agent, config, extra_iterations=2, hint="Just answer.")
+    read = timeline(history(agent))
+    resumed = next(r for r in read.rounds if r.events and r.events[0].kind == "resumed")
+    assert "a fresh budget of 2 rounds" in resumed.events[0].text and "Just answer." in resumed.events[0].text
+    last = read.rounds[-1]
+    assert [event.kind for event in last.events] == ["answer", "finish"] and last.events[-1].reason == "answered"
+    assert read.stopped_at == END and (CHECK_FINISH, END) in read.edges
+
+
+def test_answers_from_cache_and_parse_retries_are_events_of_their_round():
+    replies = ["not json", json_action("echo", {"text": "hi"}), json_action("echo", {"text": "hi"}),
+               json_action("final_answer", "hi")]  # fmt: skip
+    agent = agent_with(replies, protocol="json")
+    agent.invoke({"task": "echo"}, {"configurable": {"thread_id": "t"}})
+    rounds = [r for r in timeline(history(agent)).rounds if r.number]
+    assert "retry" in [event.kind for event in rounds[0].events]
+    assert [call.outcome for call in rounds[1].calls] == ["cached"]
+    assert "cached" in [event.kind for event in rounds[1].events]
+
+
+def test_a_call_waiting_for_approval_stops_at_validate_args():
+    agent = build_agent(ScriptedChatModel(replies=[tool_call("echo", {"text": "hi"})]), [echo],
+                        checkpointer=InMemorySaver(), approve=["echo"])  # fmt: skip
+    agent.invoke({"task": "echo"}, {"configurable": {"thread_id": "t"}})
+    read = timeline(history(agent))
+    assert read.stopped_at == VALIDATE_ARGS
+    assert [call.outcome for call in read.rounds[-1].calls] == ["waiting"]
+
+
+def test_a_tool_retried_in_place_is_an_event():
+    failures = iter([RuntimeError("flaky")])
+
+    @tool
+    def flaky(text: str) -> str:
+        """Fail once, then say `text` back."""
+        if (failure := next(failures, None)) is not None:
+            raise failure
+        return text
+
+    agent = agent_with([tool_call("flaky", {"text": "hi"}), "done"], tools=[flaky], tool_backoff_s=0)
+    agent.invoke({"task": "flaky"}, {"configurable": {"thread_id": "t"}})
+    first = next(r for r in timeline(history(agent)).rounds if r.number == 1)
+    assert first.calls[0].attempts == 2 and "retried" in [event.kind for event in first.events]
+
+
+@pytest.mark.parametrize(
+    ("form", "answer"),
+    [
+        ({"action": "approve"}, {"action": "approve"}),
+        ({"action": "reject", "reason": "no"}, {"action": "reject", "reason": "no"}),
+        ({"action": "edit", "args": '{"text": "bye"}'}, {"action": "edit", "args": {"text": "bye"}}),
+    ],
+    ids=["approve", "reject", "edit"],
+)
+def test_the_approval_form_reads_as_the_answer_the_terminal_gives(form, answer):
+    assert answer_from_form(form) == answer
+
+
+@pytest.mark.parametrize("form", [{"action": "edit", "args": "{nope"}, {"action": "edit", "args": "[1]"}, {}])
+def test_a_bad_approval_form_is_an_action_error(form):
+    with pytest.raises(ActionError):
+        answer_from_form(form)
+
+
+# the app over runs made by the command ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server():
+    with ScriptedOpenAIServer() as running:
+        yield running
+
+
+def command(*args: str) -> int:
+    """`reinloop ARGS` in this process, with a closed terminal input (an approval is left waiting)."""
+    with mock.patch("sys.stdin", io.StringIO("")):
+        return main(list(args))
+
+
+@pytest.fixture(scope="module")
+def runs(server, tmp_path_factory) -> Path:
+    """A runs database with three threads: "broken" (max_iterations, after reading a file holding a script
+    tag), "waiting" (at an approval of file_write) and "answered"."""
+    folder = tmp_path_factory.mktemp("runs")
+    (folder / "ws").mkdir()
+    (folder / "ws" / "page.html").write_text(SCRIPT)
+    db, base = str(folder / "runs.sqlite"), ["--base-url", server.base_url, "--no-memory", "--quiet"]
+    common = [*base, "--workspace", str(folder / "ws"), "--db", db]
+    server.replies = ["It is 5."]
+    assert command("run", "What is 2 + 3?", "--thread", "answered", *common) == 0
+    server.replies = [{"tool": "file_read", "args": {"path": "page.html"}},
+                      {"tool": "calculator", "args": {"expression": "1 + 1"}}]  # fmt: skip
+    assert command("run", "Read the page.", "--thread", "broken", "--max-iterations", "2", *common) == 3
+    server.replies = [{"tool": "file_write", "args": {"path": "note.txt", "content": "hi"}}]
+    assert command("run", "Write a note.", "--thread", "waiting", *common) == 2  # no answer on the terminal
+    return folder / "runs.sqlite"
+
+
+@pytest.fixture
+def own_runs(runs, tmp_path) -> Path:
+    """A copy of the runs database, for a test that changes it."""
+    copy = tmp_path / "runs.sqlite"
+    shutil.copy(runs, copy)
+    return copy
+
+
+def client(db, **options) -> TestClient:
+    return TestClient(inspect_app(str(db), **options))
+
+
+def test_the_list_shows_each_thread_newest_first(runs):
+    page = client(runs).get("/")
+    assert page.status_code == 200
+    text = page.text
+    assert text.index("/thread/waiting") < text.index("/thread/broken") < text.index("/thread/answered")
+    assert "What is 2 + 3?" in text and "max_iterations" in text and "answered" in text
+    assert "3 in all" in text and "page 1 of 1" in text
+
+
+def test_the_list_pages(runs, monkeypatch):
+    monkeypatch.setattr("reinloop.inspect.reading.PAGE_SIZE", 2)
+    monkeypatch.setattr("reinloop.inspect.reading.thread_page.__defaults__", (2,))
+    second = client(runs).get("/?page=2").text
+    assert "page 2 of 2" in second and "/thread/answered" in second and "/thread/broken" not in second
+    assert client(runs).get("/?page=99").text.count("page 2 of 2") == 1  # past the end: the last page
+    assert "page 1 of 2" in client(runs).get("/?page=nope").text
+
+
+def test_a_broken_thread_shows_its_timeline_and_the_stopping_node(runs):
+    page = client(runs).get("/thread/broken")
+    assert page.status_code == 200
+    text = page.text
+    assert "file_read" in text and "calculator" in text and "round 2" in text
+    assert 'id="finish-reason" class="reason reason-max_iterations">max_iterations' in text
+    assert 'id="node_circuit_break" class="node stopped"' in text
+    assert 'id="node_decide" class="node visited"' in text
+    assert "reinloop resume broken --extra-iterations 10" in text  # read-only: how to continue, no form
+    assert 'id="resume-form"' not in text
+
+
+def test_model_and_tool_text_is_escaped(runs):
+    text = client(runs).get("/thread/broken").text
+    assert SCRIPT not in text
+    assert "&lt;script&gt;alert(&#34;owned&#34;)&lt;/script&gt;" in text
+
+
+def test_a_thread_waiting_for_approval_shows_the_call(runs):
+    text = client(runs).get("/thread/waiting").text
+    assert (
+        "waiting for approval" in text
+        and "file_write" in text
+        and 'id="node_validate_args" class="node stopped"' in text
+    )
+    assert 'name="interrupt_id"' not in text  # read-only
+
+
+def test_the_status_names_the_latest_checkpoint(runs):
+    status = client(runs).get("/status/broken").json()
+    assert status["finish_reason"] == "max_iterations" and status["next"] == [] and status["job"] is None
+    assert client(runs).get("/status/waiting").json()["next"] == ["validate_args"]
+    fragment = client(runs).get("/fragment/broken").text
+    assert status["checkpoint"] in fragment and "<html" not in fragment
+
+
+@pytest.mark.parametrize("path", ["/thread/nope", "/status/nope", "/fragment/nope"])
+def test_an_unknown_thread_is_a_404_page(runs, path):
+    page = client(runs).get(path)
+    assert page.status_code == 404 and "There is no thread &#39;nope&#39;" in page.text
+
+
+def test_a_missing_database_is_a_clear_page(tmp_path):
+    page = client(tmp_path / "none.sqlite").get("/")
+    assert page.status_code == 404
+    assert f"There is no runs database at {tmp_path / 'none.sqlite'}" in page.text and "reinloop run" in page.text
+    assert not (tmp_path / "none.sqlite").exists()
+
+
+@pytest.mark.parametrize("kind", list(BAD_FILES))
+def test_a_file_that_is_not_a_runs_database_is_a_clear_page(tmp_path, kind):
+    make, message = BAD_FILES[kind]
+    make(tmp_path / "data.sqlite")
+    page = client(tmp_path / "data.sqlite").get("/")
+    assert page.status_code == 500 and "The runs database cannot be read" in page.text
+    assert message.replace("'", "&#39;") in page.text and "Traceback" not in page.text
+
+
+def test_a_damaged_checkpoint_is_a_clear_page(tmp_path):
+    path = tmp_path / "runs.sqlite"
+    saved_thread(path, "t-damaged")
+    damage(path, "t-damaged", "truncated")
+    page = client(path).get("/thread/t-damaged")
+    assert page.status_code == 500 and "t-damaged" in page.text and "unexpected end of file" in page.text
+    assert "Traceback" not in page.text
+
+
+@pytest.mark.parametrize("path", ["/resume/broken", "/approve/waiting"])
+def test_actions_are_refused_without_allow_actions(own_runs, path):
+    before = client(own_runs).get("/status/broken").json()
+    refused = client(own_runs).post(path, data={"extra_iterations": "3", "action": "approve"})
+    assert refused.status_code == 403 and "--allow-actions" in refused.text
+    assert client(own_runs).get("/status/broken").json() == before
+
+
+def test_an_action_needs_the_page_token_and_origin(own_runs):
+    app = client(own_runs, allow_actions=True)
+    assert app.post("/resume/broken", data={"token": "guess"}).status_code == 403
+    token = token_of(app.get("/thread/broken").text)
+    foreign = app.post("/resume/broken", data={"token": token}, headers={"origin": "http://evil.example"})
+    assert foreign.status_code == 403 and "another site" in foreign.text
+
+
+def token_of(page: str) -> str:
+    return page.split('name="token" value="', 1)[1].split('"', 1)[0]
+
+
+def wait_for_job(app: TestClient, thread: str) -> dict:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        status = app.get(f"/status/{thread}").json()
+        if status["job"] and not status["job"].startswith("running"):
+            return status
+        time.sleep(0.1)
+    raise AssertionError(f"the job on {thread!r} did not end: {status}")
+
+
+def test_resume_from_the_page_runs_resume_with_extra_iterations_and_the_hint(server, own_runs):
+    app = client(own_runs, allow_actions=True, no_memory=True)
+    page = app.get("/thread/broken").text
+    assert 'id="resume-form"' in page
+    server.replies = ["Read it: it is a script."]
+    done = app.post("/resume/broken", data={"token": token_of(page), "extra_iterations": "3", "hint": "Answer now."},
+                    follow_redirects=False)  # fmt: skip
+    assert done.status_code == 303 and done.headers["location"] == "/thread/broken"
+    status = wait_for_job(app, "broken")
+    assert status["job"] == "done answered" and status["finish_reason"] == "answered"
+    assert "Answer now." in str(server.requests[-1]["messages"])  # the hint reached the model
+    text = app.get("/thread/broken").text
+    assert "Read it: it is a script." in text and 'id="node___end__" class="node stopped"' in text
+    assert "a fresh budget of 3 rounds" in text
+
+
+@pytest.mark.parametrize(
+    "form", [{"action": "approve"}, {"action": "reject", "reason": "Not today."}], ids=["approve", "reject"]
+)
+def test_an_approval_answered_from_the_page_continues_the_run(server, runs, own_runs, form):
+    app = client(own_runs, allow_actions=True, no_memory=True)
+    page = app.get("/thread/waiting").text
+    interrupt = page.split('name="interrupt_id" value="', 1)[1].split('"', 1)[0]
+    server.replies = ["Done."]
+    app.post("/approve/waiting", data={"token": token_of(page), "interrupt_id": interrupt, **form})
+    status = wait_for_job(app, "waiting")
+    assert status["job"] == "done answered", status
+    note = runs.parent / "ws" / "note.txt"  # the workspace saved with the run
+    if form["action"] == "approve":
+        assert note.read_text() == "hi"
+        note.unlink()
+    else:
+        assert "Not today." in str(server.requests[-1]["messages"]) and not note.exists()
+
+
+def test_an_edit_failing_the_schema_leaves_the_call_waiting(server, own_runs):
+    app = client(own_runs, allow_actions=True, no_memory=True)
+    page = app.get("/thread/waiting").text
+    interrupt = page.split('name="interrupt_id" value="', 1)[1].split('"', 1)[0]
+    app.post("/approve/waiting", data={"token": token_of(page), "interrupt_id": interrupt, "action": "edit",
+                                       "args": '{"path": 3}'})  # fmt: skip
+    status = wait_for_job(app, "waiting")
+    assert status["job"] == "done waiting for approval" and status["next"] == ["validate_args"]
+    assert "not accepted" in app.get("/thread/waiting").text
+
+
+def test_the_command_serves_the_app(monkeypatch, runs, capsys):
+    served = {}
+    monkeypatch.setattr("uvicorn.run", lambda app, **options: served.update(options, app=app))
+    assert main(["inspect", "--db", str(runs), "--port", "8123"]) == 0
+    assert served["host"] == "127.0.0.1" and served["port"] == 8123
+    said = capsys.readouterr().out
+    assert "http://127.0.0.1:8123/" in said and "read-only" in said
+
+
+def test_without_the_extra_the_command_names_it(monkeypatch, capsys):
+    monkeypatch.setitem(__import__("sys").modules, "uvicorn", None)
+    assert main(["inspect"]) == 2
+    assert "pip install 'reinloop[inspect]'" in capsys.readouterr().err
+
+
+def test_the_static_files_ship_with_the_package(runs):
+    app = client(runs)
+    assert "fetch(" in app.get("/static/inspect.js").text and "http" not in app.get("/static/inspect.js").text
+    assert app.get("/static/inspect.css").status_code == 200
+    page = app.get("/thread/broken").text
+    assert "https://" not in page and "http://" not in page.replace("http://www.w3.org", "")
+
+
+def test_sqlite3_is_left_unchanged_by_reading(runs):
+    before = sqlite3.connect(runs).execute("SELECT COUNT(*) FROM checkpoints").fetchone()
+    client(runs).get("/thread/broken")
+    assert sqlite3.connect(runs).execute("SELECT COUNT(*) FROM checkpoints").fetchone() == before
