@@ -120,6 +120,20 @@ def test_a_tool_retried_in_place_is_an_event():
     assert first.calls[0].attempts == 2 and "retried" in [event.kind for event in first.events]
 
 
+def test_a_call_that_ran_and_failed_shows_the_error_kind_of_its_run():
+    from langchain_core.tools import ToolException
+
+    @tool
+    def broken(text: str) -> str:
+        """Always fail."""
+        raise ToolException(f"cannot say {text}")
+
+    agent = agent_with([tool_call("broken", {"text": "hi"}), "gave up"], tools=[broken])
+    agent.invoke({"task": "break"}, {"configurable": {"thread_id": "t"}})
+    (call,) = next(r for r in timeline(history(agent)).rounds if r.number == 1).calls
+    assert (call.outcome, call.failed, call.attempts) == ("tool_error", True, 1) and "cannot say hi" in call.result
+
+
 @pytest.mark.parametrize(
     ("form", "answer"),
     [

@@ -60,7 +60,8 @@ class Call:
     call_id: str
     name: str
     args: str  # the arguments as JSON
-    outcome: str = "requested"  # "ok", "cached", or the validation's error kind; "waiting" for an approval
+    # "ok", "cached", "waiting" (for an approval), or the error kind of its validation or of its run
+    outcome: str = "requested"
     note: str | None = None  # why validation refused it
     review: str | None = None  # a person's review: approved, edited or rejected
     result: str | None = None  # the observation the model got
@@ -274,7 +275,8 @@ def _on_execute_tool(built: _Builder, step: Step) -> None:
         if call is None:
             continue
         call.result, call.attempts = outcome["content"], outcome.get("attempts", 0)
-        call.failed = outcome.get("error_kind") is not None
+        if outcome.get("error_kind") is not None:  # it ran and failed: tool_error, timeout, empty_result ...
+            call.outcome, call.failed = outcome["error_kind"], True
         if call.attempts > 1:
             current.events.append(Event("retried", f"{call.name} ran {call.attempts} times (in-place retries)"))
 
@@ -283,7 +285,7 @@ def _on_observe(built: _Builder, step: Step) -> None:
     current = built.round(step.after)
     for message in step.writes.get("messages", []):
         if isinstance(message, ToolMessage) and (call := built.call(current, message.tool_call_id)):
-            if call.result is None or call.outcome != "ok":
+            if call.result is None or not call.attempts:
                 call.result = message.text
             if call.outcome == "cached":
                 current.events.append(Event("cached", f"{call.name} was answered from cache, not run again"))
