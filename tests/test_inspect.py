@@ -196,7 +196,7 @@ def own_runs(runs, tmp_path) -> Path:
 
 
 def client(db, **options) -> TestClient:
-    return TestClient(inspect_app(str(db), **options))
+    return TestClient(inspect_app(str(db), **options), base_url="http://127.0.0.1")
 
 
 def test_the_list_shows_each_thread_newest_first(runs):
@@ -298,6 +298,38 @@ def test_an_action_needs_the_page_token_and_origin(own_runs):
     token = token_of(app.get("/thread/broken").text)
     foreign = app.post("/resume/broken", data={"token": token}, headers={"origin": "http://evil.example"})
     assert foreign.status_code == 403 and "another site" in foreign.text
+
+
+def test_a_request_for_another_host_name_is_refused(runs):
+    """A site whose name is made to point at 127.0.0.1 (DNS rebinding) cannot read the pages or their token."""
+    app = TestClient(inspect_app(str(runs), allow_actions=True), base_url="http://evil.example")
+    refused = app.get("/thread/broken")
+    assert refused.status_code == 400 and "token" not in refused.text
+    assert client(runs).get("/", headers={"host": "localhost:8765"}).status_code == 200
+
+
+def test_extra_iterations_that_are_not_a_number_are_refused(own_runs):
+    app = client(own_runs, allow_actions=True)
+    token = token_of(app.get("/thread/broken").text)
+    refused = app.post("/resume/broken", data={"token": token, "extra_iterations": "lots"})
+    assert refused.status_code == 400 and "whole number of at least 1, not &#39;lots&#39;" in refused.text
+    assert app.get("/status/broken").json()["job"] is None
+
+
+def test_threads_saved_in_postgres_are_listed_and_shown(server, postgres_url, tmp_path):
+    import uuid
+
+    thread = f"inspect-{uuid.uuid4().hex[:8]}"
+    server.replies = ["It is 5."]
+    options = ["--base-url", server.base_url, "--no-memory", "--quiet", "--workspace", str(tmp_path)]
+    assert command("run", "What is 2 + 3?", "--thread", thread, "--db", postgres_url, *options) == 0
+    app = client(postgres_url)
+    listed = app.get("/")
+    assert listed.status_code == 200 and f"/thread/{thread}" in listed.text
+    shown = app.get(f"/thread/{thread}")
+    assert shown.status_code == 200 and "It is 5." in shown.text
+    password = postgres_url.split("@")[0].rsplit(":", 1)[-1]
+    assert f":{password}@" not in listed.text  # the URL is shown with its password hidden
 
 
 def token_of(page: str) -> str:

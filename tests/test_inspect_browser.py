@@ -21,6 +21,16 @@ pytestmark = pytest.mark.skipif(
 SHOWN_WITHIN_S = 30
 
 
+class SlowServer(ScriptedOpenAIServer):
+    """A scripted model that takes `delay_s` to answer: a resumed run is still running when its page loads."""
+
+    delay_s = 0.0
+
+    def _completion(self, body):
+        time.sleep(self.delay_s)
+        return super()._completion(body)
+
+
 @pytest.fixture
 def browser():
     webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (the dev extra)")
@@ -44,7 +54,7 @@ def served(tmp_path):
 
     from reinloop.inspect import inspect_app
 
-    with ScriptedOpenAIServer() as model:
+    with SlowServer() as model:
         (tmp_path / "ws").mkdir()
         db = str(tmp_path / "runs.sqlite")
         model.replies = [{"tool": "calculator", "args": {"expression": f"{n} + 1"}} for n in range(2)]
@@ -77,7 +87,7 @@ def test_the_page_shows_a_break_and_resumes_it_until_answered(browser, served):
     assert "stopped" in browser.find_element(By.ID, "node_circuit_break").get_attribute("class")
     assert "visited" in browser.find_element(By.ID, "node_decide").get_attribute("class")
 
-    model.replies = ["Counted to 2."]
+    model.replies, model.delay_s = ["Counted to 2."], 2.0
     extra = browser.find_element(By.ID, "extra-iterations")
     extra.clear()
     extra.send_keys("3")
@@ -85,7 +95,11 @@ def test_the_page_shows_a_break_and_resumes_it_until_answered(browser, served):
     browser.find_element(By.ID, "resume").click()
 
     wait = WebDriverWait(browser, SHOWN_WITHIN_S)
+    wait.until(lambda page: "resume from this page running" in page.find_element(By.ID, "job").text)
+    browser.execute_script("window.notReloaded = true")
     wait.until(lambda page: page.find_element(By.ID, "finish-reason").text == "answered")
+    assert browser.execute_script("return window.notReloaded") is True  # the page redrew itself in place
+    assert "resume from this page done: answered" in browser.find_element(By.ID, "job").text
     assert "Counted to 2." in browser.find_element(By.ID, "timeline").text
     assert "stopped" in browser.find_element(By.ID, "node___end__").get_attribute("class")
     assert "Stop counting now." in str(model.requests[-1]["messages"])  # the hint reached the model

@@ -11,15 +11,18 @@ for each request, so a run in progress, a missing file or a damaged one is seen 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import jinja2
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -28,9 +31,12 @@ from starlette.staticfiles import StaticFiles
 from reinloop.inspect import reading
 from reinloop.inspect.actions import ActionError, Jobs, answer_from_form
 
-__all__ = ["POLL_MS", "Problem", "inspect_app"]
+__all__ = ["LOOPBACK", "POLL_MS", "Problem", "inspect_app"]
 
 HERE = Path(__file__).parent
+# The names a page served on this machine only is reached by. Requests naming another host are refused: a
+# site whose name is made to point at 127.0.0.1 (DNS rebinding) must not read the pages or their token.
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 # How often a thread's page asks whether the thread moved on.
 POLL_MS = 1500
 NO_DATABASE_TEMPLATE = (
@@ -58,10 +64,16 @@ class _Settings:
     token: str  # carried by the action forms
 
 
-def inspect_app(db: str | None = None, *, allow_actions: bool = False, no_memory: bool = False) -> Starlette:
+def inspect_app(
+    db: str | None = None,
+    *,
+    allow_actions: bool = False,
+    no_memory: bool = False,
+    hosts: Sequence[str] = LOOPBACK,
+) -> Starlette:
     """The app over the runs database `db` (a SQLite path or a ``postgresql://`` URL; None: REINLOOP_DB, else
     the user data folder), read-only unless `allow_actions`; runs resumed from it have no long-term memory
-    store with `no_memory`."""
+    store with `no_memory`. It answers requests for the host names in `hosts` only (``["*"]``: any)."""
     from reinloop.checkpoint import database_label
     from reinloop.cli.opening import default_db
 
@@ -77,7 +89,8 @@ def inspect_app(db: str | None = None, *, allow_actions: bool = False, no_memory
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     handlers: dict[Any, Any] = {Problem: pages.problem, HTTPException: pages.http_error, Exception: pages.failure}
-    return Starlette(routes=routes, exception_handlers=handlers)
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=list(hosts))]
+    return Starlette(routes=routes, middleware=middleware, exception_handlers=handlers)
 
 
 def _templates() -> jinja2.Environment:
@@ -139,14 +152,17 @@ class _Pages:
 
     async def resume(self, request: Request) -> Response:
         thread, form = request.path_params["thread"], await self._form(request)
-        extra = _number(form.get("extra_iterations"), None)
+        given = str(form.get("extra_iterations") or "").strip()
+        extra = _number(given, None)
+        if given and extra is None:
+            raise Problem(400, "Not done", f"Extra iterations must be a whole number of at least 1, not {given!r}.")
         self._act(lambda: self.jobs.resume(thread, extra, str(form.get("hint") or "").strip() or None))
-        return RedirectResponse(f"/thread/{thread}", status_code=303)
+        return RedirectResponse(f"/thread/{quote(thread)}", status_code=303)
 
     async def approve(self, request: Request) -> Response:
         thread, form = request.path_params["thread"], await self._form(request)
         self._act(lambda: self.jobs.answer(thread, str(form.get("interrupt_id", "")), answer_from_form(form)))
-        return RedirectResponse(f"/thread/{thread}", status_code=303)
+        return RedirectResponse(f"/thread/{quote(thread)}", status_code=303)
 
     async def _form(self, request: Request) -> Any:
         """The action's form, once the request may act: actions allowed, its origin this page's, its token ours."""
@@ -160,7 +176,7 @@ class _Pages:
             raise Problem(403, "Refused", "The form's token is not this server's: reload the page and try again.")
         return form
 
-    def _act(self, start: Any) -> None:
+    def _act(self, start: Callable[[], object]) -> None:
         try:
             start()
         except ActionError as exc:
