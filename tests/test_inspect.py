@@ -134,6 +134,25 @@ def test_a_call_that_ran_and_failed_shows_the_error_kind_of_its_run():
     assert (call.outcome, call.failed, call.attempts) == ("tool_error", True, 1) and "cannot say hi" in call.result
 
 
+def test_an_open_circuit_a_reflection_turn_and_refused_calls_are_events():
+    from langchain_core.tools import ToolException
+
+    @tool
+    def broken(text: str) -> str:
+        """Always fail."""
+        raise ToolException(f"cannot say {text}")
+
+    replies = [tool_call("broken", {"text": str(n)}) for n in range(4)] + ["gave up"]
+    agent = agent_with(replies, tools=[broken], error_threshold=3)
+    agent.invoke({"task": "break"}, {"configurable": {"thread_id": "t"}})
+    rounds = {r.number: r for r in timeline(history(agent)).rounds}
+    third = [event.kind for event in rounds[3].events]
+    assert "circuit" in third and "reflection" in third
+    assert [call.outcome for call in rounds[4].calls] == ["circuit_open"]
+    assert "refused" in [event.kind for event in rounds[4].events]
+    assert [(event.kind, event.reason) for event in rounds[5].events] == [("answer", None), ("finish", "answered")]
+
+
 @pytest.mark.parametrize(
     ("form", "answer"),
     [
@@ -205,6 +224,7 @@ def test_the_list_shows_each_thread_newest_first(runs):
     text = page.text
     assert text.index("/thread/waiting") < text.index("/thread/broken") < text.index("/thread/answered")
     assert "What is 2 + 3?" in text and "max_iterations" in text and "answered" in text
+    assert "waiting for approval" in text
     assert "3 in all" in text and "page 1 of 1" in text
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.types import Interrupt
 
+from reinloop.cli.runs import INTERRUPTS_KEY
 from reinloop.inspect.timeline import Timeline, timeline
 
 __all__ = ["PAGE_SIZE", "Approval", "Status", "ThreadPage", "ThreadRow", "ThreadView", "status", "thread_page", "view"]
@@ -24,6 +25,7 @@ class ThreadRow:
     thread_id: str
     task: str
     finish_reason: str  # "" while running, or stopped mid-step
+    waiting: bool  # stopped at an approval
     rounds: int
     tokens: int
     updated: str  # when its latest checkpoint was saved, UTC, to the second
@@ -85,10 +87,12 @@ def _row(saver: Any, thread: str) -> ThreadRow | None:
     if found is None:  # pruned or deleted since it was listed
         return None
     values = found.checkpoint.get("channel_values") or {}
+    waiting = any(channel == INTERRUPTS_KEY for _, channel, _ in found.pending_writes or ())
     return ThreadRow(
         thread_id=thread,
         task=str(values.get("task") or ""),
         finish_reason=str(values.get("finish_reason") or ""),
+        waiting=waiting,
         rounds=int(values.get("iteration") or 0),
         tokens=int((values.get("usage") or {}).get("total_tokens", 0)),
         updated=str(found.checkpoint.get("ts", ""))[:19].replace("T", " "),

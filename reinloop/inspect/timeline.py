@@ -317,8 +317,8 @@ def _on_check_finish(built: _Builder, step: Step) -> None:
     if step.writes.get("reflection"):
         current.events.append(Event("reflection", str(step.writes["reflection"])))
     reason = step.after.get("finish_reason")
-    if reason == "answered":
-        current.events.append(Event("finish", str(step.after.get("final_answer") or ""), reason))
+    if reason == "answered":  # the answer is the round's answer event
+        current.events.append(Event("finish", "", reason))
     current.closed = True
 
 
