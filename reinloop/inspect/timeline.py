@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langgraph.graph import END, START
 from langgraph.types import StateSnapshot
 
 from reinloop.graph import (
@@ -29,9 +30,10 @@ from reinloop.graph import (
 )
 from reinloop.nodes.circuit_break import EXPLANATION_KEY
 
-__all__ = ["Call", "Event", "EventKind", "Round", "Step", "Timeline", "steps", "timeline"]
+__all__ = ["END", "UPDATE", "Call", "Event", "EventKind", "Round", "Step", "Timeline", "steps", "timeline"]
 
-START, END = "__start__", "__end__"
+# The source LangGraph records for a checkpoint written by `update_state`: a resume's fresh budget and hint.
+UPDATE = "update"
 
 EventKind = Literal[
     "task",  # a new task on the thread
@@ -100,13 +102,12 @@ class Timeline:
 
 @dataclass(frozen=True)
 class Step:
-    """One node's run: what it wrote, and the state after it (`after`: the next snapshot's values)."""
+    """One node's run: what it wrote, the state before it and the state after it (the next snapshot's values)."""
 
     node: str
     writes: Mapping[str, Any]
     after: Mapping[str, Any]
     before: Mapping[str, Any]
-    source: str = "loop"  # the checkpoint's source: "input", "loop", or "update" (a resume)
     waiting: frozenset[str] = frozenset()  # the calls it waits to have approved (by call id), at its interrupts
 
 
@@ -116,13 +117,12 @@ def steps(snapshots: Sequence[StateSnapshot]) -> Iterator[Step]:
     for index, snapshot in enumerate(snapshots):
         after = snapshots[index + 1].values if index + 1 < len(snapshots) else snapshot.values
         before = snapshots[index - 1].values if index else {}
-        source = (snapshot.metadata or {}).get("source", "loop")
-        if source == "update":
-            yield Step("update", {}, snapshot.values, before, source)
+        if (snapshot.metadata or {}).get("source") == UPDATE:
+            yield Step(UPDATE, {}, snapshot.values, before)
         for task in snapshot.tasks:
             if task.result is not None or task.interrupts:
                 waiting = frozenset() if task.result is not None else _waiting(task.interrupts)
-                yield Step(task.name, task.result or {}, after, snapshot.values, source, waiting)
+                yield Step(task.name, task.result or {}, after, snapshot.values, waiting)
 
 
 def _waiting(interrupts: Sequence[Any]) -> frozenset[str]:
@@ -146,7 +146,7 @@ class _Builder:
 
     def __init__(self) -> None:
         self.result = Timeline()
-        self.previous: list[str] = []  # the nodes of the last step, for the path's edges
+        self.last: str | None = None  # the node of the last step, for the path's edges
         self.usage_total = 0
         self.circuits: dict[str, Any] = {}
 
@@ -164,20 +164,19 @@ class _Builder:
         elif latest.values.get("finish_reason") == "answered":
             self._path(END)
             self.result.stopped_at = END
-        elif self.previous:
-            self.result.stopped_at = self.previous[-1]
+        else:
+            self.result.stopped_at = self.last
 
     # the path -------------------------------------------------------------------------------------------
 
     def _path(self, node: str) -> None:
-        if node == "update":  # a resume continues from check_finish, as LangGraph records it
-            self.previous = [CHECK_FINISH]
+        if node == UPDATE:  # a resume continues as if from check_finish (`prepare_resume`)
+            self.last = CHECK_FINISH
             return
-        for source in self.previous:
-            if source != node:
-                self.result.edges.add((source, node))
+        if self.last is not None and self.last != node:
+            self.result.edges.add((self.last, node))
         self.result.nodes.add(node)
-        self.previous = [node]
+        self.last = node
 
     # the rounds -----------------------------------------------------------------------------------------
 
@@ -337,7 +336,7 @@ def _on_circuit_break(built: _Builder, step: Step) -> None:
 
 _HANDLERS = {
     START: _on_start,
-    "update": _on_update,
+    UPDATE: _on_update,
     DECIDE: _on_decide,
     VALIDATE_ARGS: _on_validate_args,
     EXECUTE_TOOL: _on_execute_tool,
