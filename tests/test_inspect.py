@@ -249,6 +249,17 @@ def test_a_broken_thread_shows_its_timeline_and_the_stopping_node(runs):
     assert 'id="resume-form"' not in text
 
 
+def test_without_graphviz_the_page_says_so_in_the_graph_s_place(runs, monkeypatch):
+    import graphviz
+
+    def missing(*args, **kwargs):
+        raise graphviz.ExecutableNotFound(["dot"])
+
+    monkeypatch.setattr(graphviz.Digraph, "pipe", missing)
+    page = client(runs).get("/thread/broken")
+    assert page.status_code == 200 and "needs Graphviz" in page.text and "round 2" in page.text
+
+
 def test_model_and_tool_text_is_escaped(runs):
     text = client(runs).get("/thread/broken").text
     assert SCRIPT not in text

@@ -11,6 +11,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.types import Interrupt
 
 from reinloop.cli.runs import INTERRUPTS_KEY
+from reinloop.errors import ConfigurationError
 from reinloop.inspect.timeline import Timeline, timeline
 
 __all__ = ["PAGE_SIZE", "Approval", "Status", "ThreadPage", "ThreadRow", "ThreadView", "status", "thread_page", "view"]
@@ -67,6 +68,7 @@ class ThreadView:
     status: Status
     timeline: Timeline
     svg: str
+    graph_problem: str  # why there is no graph: Graphviz's `dot` is missing
     approvals: list[Approval] = field(default_factory=list)
     tokens: list[tuple[int, int]] = field(default_factory=list)  # (round, tokens) for the chart
 
@@ -128,10 +130,16 @@ def view(saver: Any, thread: str) -> ThreadView | None:
         return None
     latest = snapshots[-1]
     rounds = timeline(snapshots)
-    svg = path_svg(topology, rounds.nodes, rounds.edges, rounds.stopped_at)
+    try:
+        svg = path_svg(topology, rounds.nodes, rounds.edges, rounds.stopped_at)
+    except ConfigurationError as exc:  # no Graphviz: the page says so in the graph's place
+        svg = ""
+        graph_problem = str(exc)
+    else:
+        graph_problem = ""
     approvals = [_approval(interrupt) for interrupt in latest.interrupts if _is_approval(interrupt)]
     tokens = [(each.number, each.tokens) for each in rounds.rounds if each.number]
-    return ThreadView(thread, dict(latest.values), _status(latest), rounds, svg, approvals, tokens)
+    return ThreadView(thread, dict(latest.values), _status(latest), rounds, svg, graph_problem, approvals, tokens)
 
 
 def _is_approval(interrupt: Interrupt) -> bool:
