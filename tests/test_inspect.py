@@ -228,13 +228,15 @@ def test_the_list_shows_each_thread_newest_first(runs):
     assert "3 in all" in text and "page 1 of 1" in text
 
 
-def test_the_list_pages(runs, monkeypatch):
-    monkeypatch.setattr("reinloop.inspect.reading.PAGE_SIZE", 2)
-    monkeypatch.setattr("reinloop.inspect.reading.thread_page.__defaults__", (2,))
-    second = client(runs).get("/?page=2").text
+def test_the_list_pages(runs):
+    app = client(runs, page_size=2)
+    first, second = app.get("/").text, app.get("/?page=2").text
+    assert "page 1 of 2" in first and "/thread/waiting" in first and "/thread/broken" in first
+    assert 'rel="next" href="/?page=2"' in first and 'rel="prev"' not in first
     assert "page 2 of 2" in second and "/thread/answered" in second and "/thread/broken" not in second
-    assert client(runs).get("/?page=99").text.count("page 2 of 2") == 1  # past the end: the last page
-    assert "page 1 of 2" in client(runs).get("/?page=nope").text
+    assert 'rel="prev" href="/?page=1"' in second and 'rel="next"' not in second
+    assert "page 2 of 2" in app.get("/?page=99").text  # past the end: the last page
+    assert "page 1 of 2" in app.get("/?page=nope").text
 
 
 def test_a_broken_thread_shows_its_timeline_and_the_stopping_node(runs):
@@ -446,7 +448,7 @@ def test_the_static_files_ship_with_the_package(runs):
     assert "https://" not in page and "http://" not in page.replace("http://www.w3.org", "")
 
 
-def test_sqlite3_is_left_unchanged_by_reading(runs):
+def test_reading_the_pages_saves_nothing(runs):
     before = sqlite3.connect(runs).execute("SELECT COUNT(*) FROM checkpoints").fetchone()
     client(runs).get("/thread/broken")
     assert sqlite3.connect(runs).execute("SELECT COUNT(*) FROM checkpoints").fetchone() == before

@@ -62,6 +62,7 @@ class _Settings:
     location: str  # as it may be shown (a URL's password hidden)
     allow_actions: bool
     token: str  # carried by the action forms
+    page_size: int  # threads listed to a page
 
 
 def inspect_app(
@@ -70,14 +71,17 @@ def inspect_app(
     allow_actions: bool = False,
     no_memory: bool = False,
     hosts: Sequence[str] = LOOPBACK,
+    page_size: int = reading.PAGE_SIZE,
 ) -> Starlette:
     """The app over the runs database `db` (a SQLite path or a ``postgresql://`` URL; None: REINLOOP_DB, else
-    the user data folder), read-only unless `allow_actions`; runs resumed from it have no long-term memory
-    store with `no_memory`. It answers requests for the host names in `hosts` only (``["*"]``: any)."""
+        the user data folder), read-only unless `allow_actions`; runs resumed from it have no long-term memory
+        store with `no_memory`. It answers requests for the host names in `hosts` only (``["*"]``: any), and lists
+    `page_size` threads to a page."""
     from reinloop.checkpoint import database_label
     from reinloop.cli.opening import default_db
 
-    settings = _Settings(db, database_label(db or default_db()), allow_actions, secrets.token_urlsafe(24))
+    location = database_label(db or default_db())
+    settings = _Settings(db, location, allow_actions, secrets.token_urlsafe(24), page_size)
     pages = _Pages(settings, Jobs(db, no_memory=no_memory), _templates())
     routes = [
         Route("/", pages.threads),
@@ -118,7 +122,7 @@ class _Pages:
     def threads(self, request: Request) -> Response:
         page = _number(request.query_params.get("page"), 1)
         with self._saver() as saver:
-            listed = reading.thread_page(saver, page)
+            listed = reading.thread_page(saver, page, self.settings.page_size)
         return self._page("threads.html", listed=listed)
 
     def thread(self, request: Request) -> Response:
