@@ -3,6 +3,7 @@ client) over runs made by the real command against a scripted OpenAI-compatible 
 
 import io
 import shutil
+import socket
 import sqlite3
 import time
 from pathlib import Path
@@ -179,6 +180,13 @@ def test_a_bad_approval_form_is_an_action_error(form):
 def server():
     with ScriptedOpenAIServer() as running:
         yield running
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 def command(*args: str) -> int:
@@ -452,3 +460,33 @@ def test_reading_the_pages_saves_nothing(runs):
     before = sqlite3.connect(runs).execute("SELECT COUNT(*) FROM checkpoints").fetchone()
     client(runs).get("/thread/broken")
     assert sqlite3.connect(runs).execute("SELECT COUNT(*) FROM checkpoints").fetchone() == before
+
+
+def test_the_command_serves_until_ctrl_c_and_then_exits_cleanly(runs):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    served = subprocess.Popen([sys.executable, "-m", "reinloop", "inspect", "--db", str(runs), "--port", str(port)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    try:
+        assert f"http://127.0.0.1:{port}/" in served.stdout.readline()
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as page:
+                    assert "/thread/broken" in page.read().decode()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the server did not answer"
+                time.sleep(0.1)
+        served.send_signal(signal.SIGINT)
+        assert served.wait(10) == 0
+        assert "Traceback" not in served.stderr.read()
+    finally:
+        if served.poll() is None:
+            served.kill()

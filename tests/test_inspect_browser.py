@@ -3,14 +3,13 @@ scripts/test.sh installs) drives the served page over a thread ended by a breake
 sees it answered through the page's live updates."""
 
 import shutil
-import socket
 import threading
 import time
 
 import pytest
 
 from tests.openai_server import ScriptedOpenAIServer
-from tests.test_inspect import command
+from tests.test_inspect import command, free_port
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 pytestmark = pytest.mark.skipif(
@@ -60,7 +59,7 @@ def served(tmp_path):
         model.replies = [{"tool": "calculator", "args": {"expression": f"{n} + 1"}} for n in range(2)]
         options = ["--base-url", model.base_url, "--no-memory", "--quiet", "--workspace", str(tmp_path / "ws")]
         assert command("run", "Count up.", "--thread", "broken", "--max-iterations", "2", "--db", db, *options) == 3
-        port = _free_port()
+        port = free_port()
         config = uvicorn.Config(inspect_app(db, allow_actions=True, no_memory=True), port=port, log_level="warning")
         server = uvicorn.Server(config)
         thread = threading.Thread(target=server.run, daemon=True)
@@ -103,13 +102,6 @@ def test_the_page_shows_a_break_and_resumes_it_until_answered(browser, served):
     assert "Counted to 2." in browser.find_element(By.ID, "timeline").text
     assert "stopped" in browser.find_element(By.ID, "node___end__").get_attribute("class")
     assert "Stop counting now." in str(model.requests[-1]["messages"])  # the hint reached the model
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _wait_until(condition, message: str, timeout: float = 10) -> None:
