@@ -30,6 +30,7 @@ from starlette.staticfiles import StaticFiles
 
 from reinloop.inspect import reading
 from reinloop.inspect.actions import ActionError, Jobs, answer_from_form
+from reinloop.text import truncate
 
 __all__ = ["LOOPBACK", "POLL_MS", "Problem", "inspect_app"]
 
@@ -74,8 +75,8 @@ def inspect_app(
     page_size: int = reading.PAGE_SIZE,
 ) -> Starlette:
     """The app over the runs database `db` (a SQLite path or a ``postgresql://`` URL; None: REINLOOP_DB, else
-        the user data folder), read-only unless `allow_actions`; runs resumed from it have no long-term memory
-        store with `no_memory`. It answers requests for the host names in `hosts` only (``["*"]``: any), and lists
+    the user data folder), read-only unless `allow_actions`; runs resumed from it have no long-term memory
+    store with `no_memory`. It answers requests for the host names in `hosts` only (``["*"]``: any), and lists
     `page_size` threads to a page."""
     from reinloop.checkpoint import database_label
     from reinloop.cli.opening import default_db
@@ -106,9 +107,8 @@ def _templates() -> jinja2.Environment:
 
 
 def _short(text: Any, length: int = 200) -> str:
-    """`text` on one line, cut to `length` characters."""
-    line = " ".join(str(text).split())
-    return line if len(line) <= length else line[: length - 1] + "…"
+    """`text` on one line, cut to `length` characters with reinloop's marker of cut text."""
+    return truncate(" ".join(str(text).split()), length)
 
 
 class _Pages:
