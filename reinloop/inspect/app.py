@@ -120,7 +120,7 @@ class _Pages:
     # reading ------------------------------------------------------------------------------------------
 
     def threads(self, request: Request) -> Response:
-        page = _number(request.query_params.get("page"), 1)
+        page = _number(request.query_params.get("page")) or 1
         with self._saver() as saver:
             listed = reading.thread_page(saver, page, self.settings.page_size)
         return self._page("threads.html", listed=listed)
@@ -157,7 +157,7 @@ class _Pages:
     async def resume(self, request: Request) -> Response:
         thread, form = request.path_params["thread"], await self._form(request)
         given = str(form.get("extra_iterations") or "").strip()
-        extra = _number(given, None)
+        extra = _number(given)
         if given and extra is None:
             raise Problem(400, "Not done", f"Extra iterations must be a whole number of at least 1, not {given!r}.")
         self._act(lambda: self.jobs.resume(thread, extra, str(form.get("hint") or "").strip() or None))
@@ -228,10 +228,10 @@ class _Pages:
         return HTMLResponse(html, status_code=status_code)
 
 
-def _number(text: Any, default: Any) -> Any:
-    """`text` as a positive whole number, else `default`."""
+def _number(text: object) -> int | None:
+    """`text` as a positive whole number; None if it is not one."""
     try:
         number = int(str(text))
     except ValueError:
-        return default
-    return number if number > 0 else default
+        return None
+    return number if number > 0 else None
