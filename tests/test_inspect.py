@@ -255,6 +255,7 @@ def test_a_broken_thread_shows_its_timeline_and_the_stopping_node(runs):
     assert 'id="finish-reason" class="reason reason-max_iterations">max_iterations' in text
     assert 'id="node_circuit_break" class="node stopped"' in text
     assert 'id="node_decide" class="node visited"' in text
+    assert "<?xml" not in text and "<!DOCTYPE svg" not in text  # the graph is inline
     assert "reinloop resume broken --extra-iterations 10" in text  # read-only: how to continue, no form
     assert 'id="resume-form"' not in text
 

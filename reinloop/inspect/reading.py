@@ -131,7 +131,8 @@ def view(saver: Any, thread: str) -> ThreadView | None:
     latest = snapshots[-1]
     rounds = timeline(snapshots)
     try:
-        svg = path_svg(topology, rounds.nodes, rounds.edges, rounds.stopped_at)
+        drawn = path_svg(topology, rounds.nodes, rounds.edges, rounds.stopped_at)
+        svg = drawn[drawn.index("<svg") :]  # inline in the page: without the XML declaration and doctype
     except ConfigurationError as exc:  # no Graphviz: the page says so in the graph's place
         svg = ""
         graph_problem = str(exc)
