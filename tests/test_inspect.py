@@ -17,8 +17,9 @@ from starlette.testclient import TestClient
 from reinloop import AgentConfig, build_agent, resume
 from reinloop.cli import main
 from reinloop.graph import CHECK_FINISH, CIRCUIT_BREAK, DECIDE, VALIDATE_ARGS, agent_topology
-from reinloop.inspect import inspect_app
+from reinloop.inspect import inspect_app, reading
 from reinloop.inspect.actions import ActionError, answer_from_form
+from reinloop.inspect.reading import Histories, view
 from reinloop.inspect.timeline import END, timeline
 from reinloop.testing import ScriptedChatModel, json_action, tool_call
 from tests.openai_server import ScriptedOpenAIServer
@@ -83,6 +84,26 @@ def test_an_answer_after_a_resume_reads_as_the_resume_its_hint_and_the_answer():
     last = read.rounds[-1]
     assert [event.kind for event in last.events] == ["answer", "finish"] and last.events[-1].reason == "answered"
     assert read.stopped_at == END and (CHECK_FINISH, END) in read.edges
+
+
+def test_a_history_read_again_as_its_thread_moves_on_reads_as_a_fresh_read(monkeypatch):
+    agent = agent_with([tool_call("add", {"a": 1, "b": 2}), "It is 3."], max_iterations=1)
+    config = {"configurable": {"thread_id": "t"}}
+    agent.invoke({"task": "add"}, config)
+    histories = Histories()
+    assert view(agent.checkpointer, "t", histories).status.finish_reason == "max_iterations"
+    resume(agent, config, extra_iterations=2)
+    limits, since = [], reading._since
+
+    def counted_since(*args, limit):
+        limits.append(limit)
+        return since(*args, limit=limit)
+
+    monkeypatch.setattr(reading, "_since", counted_since)
+    again, fresh = view(agent.checkpointer, "t", histories), view(agent.checkpointer, "t")
+    assert limits == [Histories.FEW, None]  # the second read from the first's; the fresh one whole
+    assert again.timeline == fresh.timeline and again.status == fresh.status
+    assert again.status.finish_reason == "answered"
 
 
 def test_answers_from_cache_and_parse_retries_are_events_of_their_round():

@@ -116,6 +116,7 @@ class _Pages:
 
     def __init__(self, settings: _Settings, jobs: Jobs, templates: jinja2.Environment) -> None:
         self.settings, self.jobs, self.templates = settings, jobs, templates
+        self.histories = reading.Histories()
 
     # reading ------------------------------------------------------------------------------------------
 
@@ -147,7 +148,7 @@ class _Pages:
 
     def _view(self, thread: str) -> reading.ThreadView:
         with self._saver() as saver:
-            view = reading.view(saver, thread)
+            view = reading.view(saver, thread, self.histories)
         if view is None:
             raise self._unknown(thread)
         return view

@@ -4,17 +4,31 @@ checkpoint only), one thread's history as a timeline with its graph, and where a
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.types import Interrupt
+from langgraph.types import Interrupt, StateSnapshot
 
 from reinloop.cli.runs import INTERRUPTS_KEY
 from reinloop.errors import ConfigurationError
 from reinloop.inspect.timeline import Timeline, timeline
 
-__all__ = ["PAGE_SIZE", "Approval", "Status", "ThreadPage", "ThreadRow", "ThreadView", "status", "thread_page", "view"]
+__all__ = [
+    "PAGE_SIZE",
+    "Approval",
+    "Histories",
+    "Status",
+    "ThreadPage",
+    "ThreadRow",
+    "ThreadView",
+    "status",
+    "thread_page",
+    "view",
+]
 
 PAGE_SIZE = 25
 
@@ -119,13 +133,57 @@ def _status(snapshot: Any) -> Status:
     )
 
 
-def view(saver: Any, thread: str) -> ThreadView | None:
-    """`thread` as its page shows it; None for a thread the database does not have."""
+class Histories:
+    """The threads' histories read so far, so that a page redrawn as its thread moves on reads only the
+    checkpoints saved since: LangGraph replays the window's deltas for every snapshot it reads, and a whole
+    history of 1,000 checkpoints takes seconds. Keeps the `keep` threads read last."""
+
+    FEW = 16
+
+    def __init__(self, keep: int = 8) -> None:
+        self.keep = keep
+        self._read: OrderedDict[str, list[StateSnapshot]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def snapshots(self, topology: Any, thread: str) -> list[StateSnapshot]:
+        """`thread`'s snapshots, oldest first: those read before but the latest (its tasks may have written
+        since), and those saved since, read newest first until the one read before."""
+        with self._lock:
+            kept = self._read.get(thread, [])[:-1]
+        known = str(kept[-1].config["configurable"]["checkpoint_id"]) if kept else None
+        # A page polls often: a few checkpoints at most are new, and reading a few is cheap. Then all of them.
+        new = _since(topology, thread, known, limit=self.FEW) if known else None
+        if new is None:
+            kept, new = [], _since(topology, thread, None, limit=None) or []
+        read = kept + new[::-1]
+        with self._lock:
+            self._read[thread] = read
+            self._read.move_to_end(thread)
+            while len(self._read) > self.keep:
+                self._read.popitem(last=False)
+        return read
+
+
+def _since(topology: Any, thread: str, known: str | None, *, limit: int | None) -> list[StateSnapshot] | None:
+    """The snapshots of `thread` newer than the checkpoint `known`, newest first, among its latest `limit`;
+    None if `known` is not among them (all of them when `known` is None)."""
+    new: list[StateSnapshot] = []
+    with closing(topology.get_state_history(_config(thread), limit=limit)) as newest_first:
+        for snapshot in newest_first:
+            if snapshot.config["configurable"]["checkpoint_id"] == known:
+                return new
+            new.append(snapshot)
+    return new if known is None else None
+
+
+def view(saver: Any, thread: str, histories: Histories | None = None) -> ThreadView | None:
+    """`thread` as its page shows it, its history read through `histories` if given; None for a thread the
+    database does not have."""
     from reinloop.draw import path_svg
     from reinloop.graph import agent_topology
 
     topology = agent_topology(saver)
-    snapshots = list(topology.get_state_history(_config(thread)))[::-1]
+    snapshots = (histories or Histories()).snapshots(topology, thread)
     if not snapshots:
         return None
     latest = snapshots[-1]
