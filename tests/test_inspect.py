@@ -426,9 +426,15 @@ def test_resume_from_the_page_runs_resume_with_extra_iterations_and_the_hint(ser
 
 
 @pytest.mark.parametrize(
-    "form", [{"action": "approve"}, {"action": "reject", "reason": "Not today."}], ids=["approve", "reject"]
+    ("form", "review", "written"),
+    [
+        ({"action": "approve"}, "approved", "hi"),
+        ({"action": "edit", "args": '{"path": "note.txt", "content": "edited"}'}, "edited", "edited"),
+        ({"action": "reject", "reason": "Not today."}, "rejected", None),
+    ],
+    ids=["approve", "edit", "reject"],
 )
-def test_an_approval_answered_from_the_page_continues_the_run(server, runs, own_runs, form):
+def test_an_approval_answered_from_the_page_continues_the_run(server, runs, own_runs, form, review, written):
     app = client(own_runs, allow_actions=True, no_memory=True)
     page = app.get("/thread/waiting").text
     interrupt = page.split('name="interrupt_id" value="', 1)[1].split('"', 1)[0]
@@ -437,11 +443,12 @@ def test_an_approval_answered_from_the_page_continues_the_run(server, runs, own_
     status = wait_for_job(app, "waiting")
     assert status["job"] == "done answered", status
     note = runs.parent / "ws" / "note.txt"  # the workspace saved with the run
-    if form["action"] == "approve":
-        assert note.read_text() == "hi"
+    if written is not None:
+        assert note.read_text() == written
         note.unlink()
     else:
         assert "Not today." in str(server.requests[-1]["messages"]) and not note.exists()
+    assert f"{review} by a person" in app.get("/thread/waiting").text
 
 
 def test_an_edit_failing_the_schema_leaves_the_call_waiting(server, own_runs):
