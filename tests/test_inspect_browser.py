@@ -73,6 +73,7 @@ def served(tmp_path):
 
 
 def test_the_page_shows_a_break_and_resumes_it_until_answered(browser, served):
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -93,12 +94,16 @@ def test_the_page_shows_a_break_and_resumes_it_until_answered(browser, served):
     browser.find_element(By.ID, "hint").send_keys("Stop counting now.")
     browser.find_element(By.ID, "resume").click()
 
-    wait = WebDriverWait(browser, SHOWN_WITHIN_S)
+    # The page redraws its body while the run goes on: an element found may be replaced before it is read.
+    wait = WebDriverWait(
+        browser, SHOWN_WITHIN_S, ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)
+    )
     wait.until(lambda page: "resume from this page running" in page.find_element(By.ID, "job").text)
     browser.execute_script("window.notReloaded = true")
     wait.until(lambda page: page.find_element(By.ID, "finish-reason").text == "answered")
+    # Once the job is done too, the body stops changing.
+    wait.until(lambda page: "resume from this page done: answered" in page.find_element(By.ID, "job").text)
     assert browser.execute_script("return window.notReloaded") is True  # the page redrew itself in place
-    assert "resume from this page done: answered" in browser.find_element(By.ID, "job").text
     assert "Counted to 2." in browser.find_element(By.ID, "timeline").text
     assert "stopped" in browser.find_element(By.ID, "node___end__").get_attribute("class")
     assert "Stop counting now." in str(model.requests[-1]["messages"])  # the hint reached the model
