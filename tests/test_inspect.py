@@ -451,6 +451,21 @@ def test_an_approval_answered_from_the_page_continues_the_run(server, runs, own_
     assert f"{review} by a person" in app.get("/thread/waiting").text
 
 
+def test_a_decision_s_calls_run_once_each_has_its_answer(monkeypatch):
+    from reinloop.inspect.actions import Jobs
+
+    started = []
+    monkeypatch.setattr(Jobs, "_start", lambda self, thread, what, words, answers: started.append(answers) or "job")
+    jobs = Jobs(None)
+    assert jobs.answer("t", "first", {"action": "approve"}, ["first", "second"]) is None
+    assert jobs.answered("t") == {"first": {"action": "approve"}} and not started
+    assert jobs.answer("t", "second", {"action": "reject", "reason": "no"}, ["first", "second"]) == "job"
+    assert started == [{"first": {"action": "approve"}, "second": {"action": "reject", "reason": "no"}}]
+    assert jobs.answered("t") == {}
+    with pytest.raises(ActionError, match="no longer waiting"):
+        jobs.answer("t", "gone", {"action": "approve"}, ["first"])
+
+
 def test_an_edit_failing_the_schema_leaves_the_call_waiting(server, own_runs):
     app = client(own_runs, allow_actions=True, no_memory=True)
     page = app.get("/thread/waiting").text

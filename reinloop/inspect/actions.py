@@ -8,7 +8,7 @@ from __future__ import annotations
 import io
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -45,10 +45,15 @@ class Jobs:
     def __init__(self, db: str | None, *, no_memory: bool = False) -> None:
         self.db, self.no_memory = db, no_memory
         self._jobs: dict[str, Job] = {}
+        self._answers: dict[str, dict[str, dict[str, Any]]] = {}  # by thread, the answers given by interrupt id
         self._lock = threading.Lock()
 
     def get(self, thread: str) -> Job | None:
         return self._jobs.get(thread)
+
+    def answered(self, thread: str) -> dict[str, dict[str, Any]]:
+        """The answers given to `thread`'s waiting calls, by interrupt id, that wait for the others' answers."""
+        return dict(self._answers.get(thread, {}))
 
     def resume(self, thread: str, extra_iterations: int | None, hint: str | None) -> Job:
         """Resume `thread` as ``reinloop resume THREAD --extra-iterations N --hint TEXT`` does."""
@@ -56,9 +61,19 @@ class Jobs:
                  *(["--hint", hint] if hint else [])]  # fmt: skip
         return self._start(thread, "resume", words, {})
 
-    def answer(self, thread: str, interrupt_id: str, answer: dict[str, Any]) -> Job:
-        """Answer the approval `interrupt_id` of `thread`, as ``reinloop resume THREAD`` asks it on the terminal."""
-        return self._start(thread, "approval", [], {interrupt_id: answer})
+    def answer(self, thread: str, interrupt_id: str, answer: dict[str, Any], waiting: Collection[str]) -> Job | None:
+        """Answer the approval `interrupt_id` of `thread`, one of those `waiting` (interrupt ids), as ``reinloop
+        resume THREAD`` asks on the terminal: the run continues once every waiting call has its answer (a
+        decision's calls run together, after all of them are reviewed); None until then."""
+        if interrupt_id not in waiting:
+            raise ActionError("that call is no longer waiting for approval: reload the page")
+        with self._lock:
+            given = self._answers.setdefault(thread, {})
+            given[interrupt_id] = answer
+            if not set(waiting) <= set(given):
+                return None
+            answers = {key: given.pop(key) for key in waiting}
+        return self._start(thread, "approval", [], answers)
 
     def _start(self, thread: str, what: str, words: list[str], answers: dict[str, dict[str, Any]]) -> Job:
         from reinloop.cli.parser import build_parser

@@ -128,11 +128,14 @@ class _Pages:
 
     def thread(self, request: Request) -> Response:
         view = self._view(request.path_params["thread"])
-        return self._page("thread.html", view=view, job=self.jobs.get(view.thread_id), poll_ms=POLL_MS)
+        return self._page("thread.html", poll_ms=POLL_MS, **self._thread_context(view))
 
     def fragment(self, request: Request) -> Response:
-        view = self._view(request.path_params["thread"])
-        return self._page("_body.html", view=view, job=self.jobs.get(view.thread_id))
+        return self._page("_body.html", **self._thread_context(self._view(request.path_params["thread"])))
+
+    def _thread_context(self, view: reading.ThreadView) -> dict[str, Any]:
+        thread = view.thread_id
+        return {"view": view, "job": self.jobs.get(thread), "answered": self.jobs.answered(thread)}
 
     def status(self, request: Request) -> Response:
         thread = request.path_params["thread"]
@@ -166,7 +169,10 @@ class _Pages:
 
     async def approve(self, request: Request) -> Response:
         thread, form = request.path_params["thread"], await self._form(request)
-        self._act(lambda: self.jobs.answer(thread, str(form.get("interrupt_id", "")), answer_from_form(form)))
+        with self._saver() as saver:
+            waiting = [approval.interrupt_id for approval in reading.approvals(saver, thread)]
+        interrupt = str(form.get("interrupt_id", ""))
+        self._act(lambda: self.jobs.answer(thread, interrupt, answer_from_form(form), waiting))
         return RedirectResponse(f"/thread/{quote(thread)}", status_code=303)
 
     async def _form(self, request: Request) -> Any:

@@ -25,6 +25,7 @@ __all__ = [
     "ThreadPage",
     "ThreadRow",
     "ThreadView",
+    "approvals",
     "status",
     "thread_page",
     "view",
@@ -196,9 +197,20 @@ def view(saver: Any, thread: str, histories: Histories | None = None) -> ThreadV
         graph_problem = str(exc)
     else:
         graph_problem = ""
-    approvals = [_approval(interrupt) for interrupt in latest.interrupts if _is_approval(interrupt)]
+    waiting = _approvals(latest)
     tokens = [(each.number, each.tokens) for each in rounds.rounds if each.number]
-    return ThreadView(thread, dict(latest.values), _status(latest), rounds, svg, graph_problem, approvals, tokens)
+    return ThreadView(thread, dict(latest.values), _status(latest), rounds, svg, graph_problem, waiting, tokens)
+
+
+def approvals(saver: Any, thread: str) -> list[Approval]:
+    """The calls of `thread` waiting for a person's answer."""
+    from reinloop.graph import agent_topology
+
+    return _approvals(agent_topology(saver).get_state(_config(thread)))
+
+
+def _approvals(snapshot: StateSnapshot) -> list[Approval]:
+    return [_approval(interrupt) for interrupt in snapshot.interrupts if _is_approval(interrupt)]
 
 
 def _is_approval(interrupt: Interrupt) -> bool:
