@@ -18,10 +18,11 @@ if [ ${#needed[@]} -gt 0 ]; then
   "${as_root[@]}" apt-get install -y -q "${needed[@]}" >&2
 fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
-if ! .venv/bin/python -c "import llama_cpp, reinloop" 2>/dev/null; then
+if ! .venv/bin/python -c "import llama_cpp, reinloop, starlette, uvicorn, jinja2" 2>/dev/null; then
   echo "installing reinloop with the embedded model (llama-cpp-python compiles for 10-30 minutes the first time)" >&2
   # A portable AVX2 build: built for the native CPU (AVX-512, AMX), llama-cpp-python 0.3.36 crashes on this
   # kind of machine at its first batched decode.
-  CMAKE_ARGS="${CMAKE_ARGS:-$(cat scripts/llama-cmake-args)}" .venv/bin/pip install -q -e '.[local]'
+  # The inspect extra too: `.venv/bin/reinloop inspect` shows the runs on a local web page.
+  CMAKE_ARGS="${CMAKE_ARGS:-$(cat scripts/llama-cmake-args)}" .venv/bin/pip install -q -e '.[local,inspect]'
 fi
 exec .venv/bin/reinloop run "$@"

@@ -5,10 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1
 if ! command -v dot >/dev/null || ! command -v pg_ctlcluster >/dev/null || ! command -v cmake >/dev/null \
-  || ! command -v g++ >/dev/null; then
+  || ! command -v g++ >/dev/null || ! command -v chromedriver >/dev/null; then
   apt-get update -q
-  # graphviz: PNG/SVG drawing; postgresql: checkpointer tests; cmake and g++: llama-cpp-python's build
-  apt-get install -y -q graphviz postgresql cmake g++
+  # graphviz: PNG/SVG drawing; postgresql: checkpointer tests; cmake and g++: llama-cpp-python's build;
+  # chromium and its driver: the browser test of `reinloop inspect` (tests/test_inspect_browser.py, headless)
+  apt-get install -y -q graphviz postgresql cmake g++ chromium chromium-driver
 fi
 REINLOOP_TEST_POSTGRES_URL=$(bash scripts/start-postgres.sh | tail -1)
 export REINLOOP_TEST_POSTGRES_URL

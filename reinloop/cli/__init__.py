@@ -1,6 +1,6 @@
-"""The `reinloop` command: run a task, resume a thread, inspect its history and state, prune superseded
-checkpoints (`reinloop prune`, keeping those marked with `reinloop mark`), draw the graph, and run the
-fault-injection benchmark (`reinloop eval`).
+"""The `reinloop` command: run a task, resume a thread, inspect its history and state (on the terminal, or
+on a local web page with `reinloop inspect`), prune superseded checkpoints (`reinloop prune`, keeping those
+marked with `reinloop mark`), draw the graph, and run the fault-injection benchmark (`reinloop eval`).
 
 Runs are saved in a SQLite file in the user's data folder (`--db` or REINLOOP_DB to change it: a file path
 or a ``postgresql://`` URL), so any run can be resumed or inspected later by its thread id. Exit codes: one
@@ -12,9 +12,10 @@ continue), 1 for an unexpected failure. `python -m reinloop` is the same command
 Calls of tools that need approval (`--approve`; by default file_write and db_insert) stop the run until the
 person at the terminal approves, edits or rejects them (`--yes` approves them all).
 
-`parser` reads the command line, `commands` does each command (`runs`, `inspection` and `evaluation`, with
-`opening` for the runs database and the agent), `display` prints what they return, `review` asks about
-calls that wait for approval; text from models and tools is printed as text, never read as rich markup.
+`parser` reads the command line, `commands` does each command (`runs`, `inspection`, `browse` and
+`evaluation`, with `opening` for the runs database and the agent), `display` prints what they return,
+`review` asks about calls that wait for approval; text from models and tools is printed as text, never
+read as rich markup.
 """
 
 from __future__ import annotations

@@ -2,9 +2,11 @@
 print to `display`. Each returns the exit code; a problem the user fixes raises `CommandError`.
 
 The commands are in modules by concept: `runs` (run and resume, and what Ctrl-C reports), `inspection`
-(tools, graph, history, show, prune and mark) and `evaluation` (eval); `opening` opens what they use, the
+(tools, graph, history, show, prune and mark), `browse` (inspect, the web page) and `evaluation`
+(eval); `opening` opens what they use, the
 runs database and the agent. Their names are imported from here as before."""
 
+from reinloop.cli.browse import inspect
 from reinloop.cli.evaluation import RATES as RATES
 from reinloop.cli.evaluation import evaluate
 from reinloop.cli.inspection import PRUNE_DAMAGED_TEMPLATE as PRUNE_DAMAGED_TEMPLATE
@@ -24,4 +26,16 @@ from reinloop.cli.runs import SETTINGS as SETTINGS
 from reinloop.cli.runs import UNREAD_TEMPLATE as UNREAD_TEMPLATE
 from reinloop.cli.runs import resume, run
 
-__all__ = ["default_db", "evaluate", "graph", "history", "mark", "prune", "resume", "run", "show", "tools"]
+__all__ = [
+    "default_db",
+    "evaluate",
+    "graph",
+    "history",
+    "inspect",
+    "mark",
+    "prune",
+    "resume",
+    "run",
+    "show",
+    "tools",
+]

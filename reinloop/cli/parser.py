@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from reinloop.cli import commands
+from reinloop.cli.browse import DEFAULT_PORT
 from reinloop.eval.run import REPORTING_SEEDS
 from reinloop.eval.simulated import EXTRA_FAULT_RATE, EXTRA_FAULTS
 from reinloop.presets import PRESETS, canonical_name
@@ -46,6 +47,21 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("thread")
     show.add_argument("--json", action="store_true", help="print the state as JSON")
     show.set_defaults(handler=commands.show)
+
+    inspect = subcommands.add_parser(
+        "inspect", parents=[database], help="serve a local web page of the threads: graph, timeline, live updates"
+    )
+    inspect.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default: {DEFAULT_PORT}")
+    inspect.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)"
+    )
+    inspect.add_argument(
+        "--allow-actions",
+        action="store_true",
+        help="let the page resume a break and answer approvals, as 'reinloop resume' does (default: read-only)",
+    )
+    inspect.add_argument("--no-memory", action="store_true", help="runs resumed from the page get no long-term memory")
+    inspect.set_defaults(handler=commands.inspect)
 
     prune = subcommands.add_parser(
         "prune", parents=[database], help="delete superseded checkpoints: keep each thread's latest and marked ones"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -22,11 +22,14 @@ from reinloop.cli.opening import _agent, _Built, _Database, _database, _workspac
 from reinloop.state import read_input
 from reinloop.text import counted
 
-__all__ = ["SETTINGS", "resume", "run"]
+__all__ = ["SETTINGS", "Answer", "continue_thread", "resume", "run"]
 
 # Run settings saved with each checkpoint (never keys), so `resume` rebuilds the same agent: with the MCP
 # config's path, not its content (its env may hold secrets), so a resumed run starts the same servers.
 SETTINGS = ("model", "base_url", "workspace", "protocol", "approve", "preset", "mcp_config", "mcp_prefix")
+
+# What answers an approval a run stops at (`review.reviewer`); None leaves the call waiting, saved.
+Answer = Callable[[Interrupt], dict[str, Any] | None]
 
 # The key of a `stream_mode="updates"` chunk holding the interrupts a run stopped at (LangGraph made its own
 # constant for it private).
@@ -56,15 +59,27 @@ def run(args: argparse.Namespace, console: Console) -> int:
             raise CommandError(f"thread {thread!r} is stopped mid-step; continue it with: {watch.command}")
         if not args.quiet:
             display.run_header(console, thread, built.settings["model"], db.location)
-        final = _stream(built, task_input, config, console, args)
+        final = _stream(built, task_input, config, console, args, review.reviewer(console, thread, yes=args.yes))
         return _finish(final, watch, console, args.quiet)
 
 
 def resume(args: argparse.Namespace, console: Console) -> int:
+    watch = _Watch(args.thread, args.db)
+    with _told_on_interrupt(watch):
+        final = continue_thread(args, console, review.reviewer(console, args.thread, yes=args.yes), watch)
+        return _finish(final, watch, console, args.quiet)
+
+
+def continue_thread(
+    args: argparse.Namespace, console: Console, answer: Answer, watch: _Watch | None = None
+) -> dict[str, Any]:
+    """Continue `args.thread` as `reinloop resume` does, and return its state once it ends or waits: the agent
+    rebuilt from the settings saved with the thread (those `args` gives override them), a fresh budget after a
+    circuit break (`prepare_resume`), each approval it stops at answered by `answer` (None leaves the call
+    waiting, saved). `reinloop inspect --allow-actions` runs it for the page's resume and approval buttons."""
     from reinloop.resume import prepare_resume
 
-    watch = _Watch(args.thread, args.db)
-    with _told_on_interrupt(watch), _database(args.db, must_exist=True) as db:
+    with _database(args.db, must_exist=True) as db:
         saved = _saved_settings(db, args.thread)
         settings = {**saved, **{k: v for k, v in _given(args).items() if v is not None}}
         if args.preset and not args.protocol:
@@ -73,10 +88,10 @@ def resume(args: argparse.Namespace, console: Console) -> int:
             config = _run_config(args.thread, built.settings)
             if not args.quiet:
                 display.resume_header(console, args.thread, built.settings["model"])
-            watch.begin(built.agent)
+            (watch or _Watch(args.thread, args.db)).begin(built.agent)
             prepared = prepare_resume(built.agent, config, extra_iterations=args.extra_iterations, hint=args.hint)
-            final = _stream(built, None, prepared, console, args)
-            return _finish(final, watch, console, args.quiet)
+            final: dict[str, Any] = _stream(built, None, prepared, console, args, answer)
+            return final
 
 
 def _given(args: argparse.Namespace) -> dict[str, Any]:
@@ -89,15 +104,17 @@ def _given(args: argparse.Namespace) -> dict[str, Any]:
             "mcp_prefix": "true" if args.mcp_prefix else None}  # fmt: skip
 
 
-def _stream(built: _Built, payload: Any, config: RunnableConfig, console: Console, args: argparse.Namespace) -> Any:
-    """Run until the run ends, answering each approval it stops at (`review`); the thread's final state."""
+def _stream(
+    built: _Built, payload: Any, config: RunnableConfig, console: Console, args: argparse.Namespace, answer: Answer
+) -> Any:
+    """Run until the run ends, answering each approval it stops at with `answer`; the thread's final state, or
+    its state waiting at the approvals `answer` leaves unanswered (None)."""
     from langgraph.errors import is_invalid_resume
     from pydantic import ValidationError
 
     agent, thread = built.agent, (config.get("configurable") or {})["thread_id"]
     saved = agent.get_state({"configurable": {"thread_id": thread}}).values
     printer = display.StepPrinter(console, args.quiet, saved, built.config.max_iterations)
-    answer = review.reviewer(console, thread, yes=args.yes)
     waiting: list[Interrupt] = []
     while True:
         try:
@@ -106,9 +123,10 @@ def _stream(built: _Built, payload: Any, config: RunnableConfig, console: Consol
             if not (waiting and is_invalid_resume(exc)):
                 raise
             review.invalid_answer(console, exc)  # the same calls wait: ask again
-        if not waiting:
+        answers = {interrupt.id: answer(interrupt) for interrupt in waiting}
+        if not waiting or None in answers.values():
             return agent.get_state({"configurable": {"thread_id": thread}}).values
-        payload = Command(resume={interrupt.id: answer(interrupt) for interrupt in waiting})
+        payload = Command(resume=answers)
 
 
 def _until_stopped(agent: Any, payload: Any, config: RunnableConfig, printer: display.StepPrinter) -> list[Interrupt]:

@@ -16,6 +16,7 @@ from reinloop._langgraph import DELTA_COUNTERS_KEY, DeltaSnapshot
 from reinloop.errors import ConfigurationError
 from reinloop.prune.tables import (
     CREATE_MARKS_SQL,
+    LATEST_SQL,
     MARKS_TABLE,
     POSTGRES_COLUMNS,
     SELECT_MARKS_SQL,
@@ -106,6 +107,10 @@ class _PostgresTables:
     def thread_ids(self) -> list[str]:
         self.cur.execute("SELECT DISTINCT thread_id FROM checkpoints ORDER BY thread_id")
         return [row[0] for row in self.cur.fetchall()]
+
+    def latest(self) -> list[tuple[str, str]]:
+        self.cur.execute(LATEST_SQL)
+        return [(thread, latest) for thread, latest in self.cur.fetchall()]
 
     def checkpoints(self, thread: str) -> list[tuple[str, str, str | None]]:
         query = "SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id FROM checkpoints WHERE thread_id = %s"

@@ -136,6 +136,13 @@ def unmark(database: Database, config: RunnableConfig) -> bool:
         )
 
 
+def latest_checkpoints(database: Database) -> list[tuple[str, str]]:
+    """Each thread's id and the id of its latest checkpoint, the most recently saved first (what `reinloop
+    inspect` lists), read without loading any checkpoint."""
+    with _tables(database) as tables:
+        return tables.latest()
+
+
 def marks(database: Database, thread_id: str | None = None) -> list[Mark]:
     """The marked checkpoints of `thread_id` (of every thread when None), oldest first within a thread."""
     with _tables(database) as tables:

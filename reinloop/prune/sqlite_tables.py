@@ -17,6 +17,7 @@ from reinloop._langgraph import DELTA_COUNTERS_KEY, DeltaSnapshot
 from reinloop.errors import PruneError
 from reinloop.prune.tables import (
     CREATE_MARKS_SQL,
+    LATEST_SQL,
     MARKS_TABLE,
     SELECT_MARKS_SQL,
     SQLITE_COLUMNS,
@@ -69,6 +70,9 @@ class _SqliteTables:
 
     def thread_ids(self) -> list[str]:
         return [row[0] for row in self.conn.execute("SELECT DISTINCT thread_id FROM checkpoints ORDER BY thread_id")]
+
+    def latest(self) -> list[tuple[str, str]]:
+        return [(thread, latest) for thread, latest in self.conn.execute(LATEST_SQL)]
 
     def checkpoints(self, thread: str) -> list[tuple[str, str, str | None]]:
         query = "SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id FROM checkpoints WHERE thread_id = ?"

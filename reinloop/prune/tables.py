@@ -27,6 +27,14 @@ CREATE TABLE IF NOT EXISTS reinloop_marks (
 )"""
 
 
+# Each thread's latest checkpoint (of its root namespace), the most recently saved first: checkpoint ids are
+# time-ordered (uuid6). The statement is valid SQLite and PostgreSQL alike.
+LATEST_SQL = (
+    "SELECT thread_id, MAX(checkpoint_id) AS latest FROM checkpoints WHERE checkpoint_ns = '' "
+    "GROUP BY thread_id ORDER BY latest DESC"
+)
+
+
 @dataclass(frozen=True)
 class Mark:
     """A checkpoint that `prune` keeps, with the user's label for it."""
@@ -53,6 +61,7 @@ class _Tables(Protocol):
 
     def transaction(self, *, commit: bool) -> contextlib.AbstractContextManager[None]: ...
     def thread_ids(self) -> list[str]: ...
+    def latest(self) -> list[tuple[str, str]]: ...
     def checkpoints(self, thread: str) -> list[tuple[str, str, str | None]]: ...
     def unlocked(self) -> contextlib.AbstractContextManager[None]: ...
     def delta_channels(self, thread: str) -> set[str]: ...

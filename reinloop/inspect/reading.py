@@ -1,0 +1,233 @@
+"""What the pages of `reinloop inspect` read from the runs database: a page of threads (each from its latest
+checkpoint only), one thread's history as a timeline with its graph, and where a thread stands now."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from contextlib import closing
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.types import Interrupt, StateSnapshot
+
+from reinloop.cli.runs import INTERRUPTS_KEY
+from reinloop.errors import ConfigurationError
+from reinloop.inspect.timeline import Timeline, timeline
+
+__all__ = [
+    "PAGE_SIZE",
+    "Approval",
+    "Histories",
+    "Status",
+    "ThreadPage",
+    "ThreadRow",
+    "ThreadView",
+    "approvals",
+    "status",
+    "thread_page",
+    "view",
+]
+
+PAGE_SIZE = 25
+
+
+@dataclass(frozen=True)
+class ThreadRow:
+    """One thread in the list, as its latest checkpoint has it."""
+
+    thread_id: str
+    task: str
+    finish_reason: str  # "" while running, or stopped mid-step
+    waiting: bool  # stopped at an approval
+    rounds: int
+    tokens: int
+    updated: str  # when its latest checkpoint was saved, UTC, to the second
+
+
+@dataclass(frozen=True)
+class ThreadPage:
+    rows: list[ThreadRow]
+    page: int  # from 1
+    pages: int
+    total: int
+
+
+@dataclass(frozen=True)
+class Status:
+    """Where a thread stands: what the page polls to know it must redraw."""
+
+    checkpoint: str  # the latest checkpoint's id
+    finish_reason: str | None
+    next: list[str]  # the nodes it stopped before (a run in progress, an approval, a crash)
+
+
+@dataclass(frozen=True)
+class Approval:
+    """A call waiting for a person's answer (`reinloop.approvals`)."""
+
+    interrupt_id: str
+    name: str
+    args: str  # JSON
+    thought: str
+
+
+@dataclass
+class ThreadView:
+    """One thread: its state now, its timeline and its graph with the path marked."""
+
+    thread_id: str
+    values: dict[str, Any]
+    status: Status
+    timeline: Timeline
+    svg: str
+    graph_problem: str  # why there is no graph: Graphviz's `dot` is missing
+    approvals: list[Approval] = field(default_factory=list)
+    tokens: list[tuple[int, int]] = field(default_factory=list)  # (round, tokens) for the chart
+
+
+def thread_page(saver: Any, page: int, size: int = PAGE_SIZE) -> ThreadPage:
+    """The threads on `page` (from 1), the most recently saved first."""
+    from reinloop.prune import latest_checkpoints
+
+    latest = latest_checkpoints(saver)
+    pages = max(1, -(-len(latest) // size))
+    page = min(max(page, 1), pages)
+    rows = [_row(saver, thread) for thread, _ in latest[(page - 1) * size : page * size]]
+    return ThreadPage([row for row in rows if row is not None], page, pages, len(latest))
+
+
+def _row(saver: Any, thread: str) -> ThreadRow | None:
+    found = saver.get_tuple(_config(thread))
+    if found is None:  # pruned or deleted since it was listed
+        return None
+    values = found.checkpoint.get("channel_values") or {}
+    waiting = any(channel == INTERRUPTS_KEY for _, channel, _ in found.pending_writes or ())
+    return ThreadRow(
+        thread_id=thread,
+        task=str(values.get("task") or ""),
+        finish_reason=str(values.get("finish_reason") or ""),
+        waiting=waiting,
+        rounds=int(values.get("iteration") or 0),
+        tokens=int((values.get("usage") or {}).get("total_tokens", 0)),
+        updated=str(found.checkpoint.get("ts", ""))[:19].replace("T", " "),
+    )
+
+
+def status(saver: Any, thread: str) -> Status | None:
+    """Where `thread` stands; None for a thread the database does not have."""
+    from reinloop.graph import agent_topology
+
+    snapshot = agent_topology(saver).get_state(_config(thread))
+    if snapshot.metadata is None:
+        return None
+    return _status(snapshot)
+
+
+def _status(snapshot: Any) -> Status:
+    return Status(
+        checkpoint=str(snapshot.config["configurable"]["checkpoint_id"]),
+        finish_reason=snapshot.values.get("finish_reason"),
+        next=list(snapshot.next),
+    )
+
+
+class Histories:
+    """The threads' histories read so far, so that a page redrawn as its thread moves on reads only the
+    checkpoints saved since: LangGraph replays the window's deltas for every snapshot it reads, and a whole
+    history of 1,000 checkpoints takes seconds. Keeps the `keep` threads read last."""
+
+    FEW = 16
+
+    def __init__(self, keep: int = 8) -> None:
+        self.keep = keep
+        self._read: OrderedDict[str, list[StateSnapshot]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def snapshots(self, topology: Any, thread: str) -> list[StateSnapshot]:
+        """`thread`'s snapshots, oldest first: those read before but the latest (its tasks may have written
+        since), and those saved since, read newest first until the one read before."""
+        with self._lock:
+            kept = self._read.get(thread, [])[:-1]
+        known = str(kept[-1].config["configurable"]["checkpoint_id"]) if kept else None
+        # A page polls often: a few checkpoints at most are new, and reading a few is cheap. Then all of them.
+        new = _since(topology, thread, known, limit=self.FEW) if known else None
+        if new is None:
+            kept, new = [], _since(topology, thread, None, limit=None) or []
+        read = kept + new[::-1]
+        with self._lock:
+            self._read[thread] = read
+            self._read.move_to_end(thread)
+            while len(self._read) > self.keep:
+                self._read.popitem(last=False)
+        return read
+
+
+def _since(topology: Any, thread: str, known: str | None, *, limit: int | None) -> list[StateSnapshot] | None:
+    """The snapshots of `thread` newer than the checkpoint `known`, newest first, among its latest `limit`;
+    None if `known` is not among them (all of them when `known` is None)."""
+    new: list[StateSnapshot] = []
+    with closing(topology.get_state_history(_config(thread), limit=limit)) as newest_first:
+        for snapshot in newest_first:
+            if snapshot.config["configurable"]["checkpoint_id"] == known:
+                return new
+            new.append(snapshot)
+    return new if known is None else None
+
+
+def view(saver: Any, thread: str, histories: Histories | None = None) -> ThreadView | None:
+    """`thread` as its page shows it, its history read through `histories` if given; None for a thread the
+    database does not have."""
+    from reinloop.draw import path_svg
+    from reinloop.graph import agent_topology
+
+    topology = agent_topology(saver)
+    snapshots = (histories or Histories()).snapshots(topology, thread)
+    if not snapshots:
+        return None
+    latest = snapshots[-1]
+    rounds = timeline(snapshots)
+    try:
+        drawn = path_svg(topology, rounds.nodes, rounds.edges, rounds.stopped_at)
+        svg = drawn[drawn.index("<svg") :]  # inline in the page: without the XML declaration and doctype
+    except ConfigurationError as exc:  # no Graphviz: the page says so in the graph's place
+        svg = ""
+        graph_problem = str(exc)
+    else:
+        graph_problem = ""
+    waiting = _approvals(latest)
+    tokens = [(each.number, each.tokens) for each in rounds.rounds if each.number]
+    return ThreadView(thread, dict(latest.values), _status(latest), rounds, svg, graph_problem, waiting, tokens)
+
+
+def approvals(saver: Any, thread: str) -> list[Approval]:
+    """The calls of `thread` waiting for a person's answer."""
+    from reinloop.graph import agent_topology
+
+    return _approvals(agent_topology(saver).get_state(_config(thread)))
+
+
+def _approvals(snapshot: StateSnapshot) -> list[Approval]:
+    return [_approval(interrupt) for interrupt in snapshot.interrupts if _is_approval(interrupt)]
+
+
+def _is_approval(interrupt: Interrupt) -> bool:
+    from reinloop.approvals import APPROVAL_REQUEST_TYPE
+
+    return isinstance(interrupt.value, dict) and interrupt.value.get("type") == APPROVAL_REQUEST_TYPE
+
+
+def _approval(interrupt: Interrupt) -> Approval:
+    request = interrupt.value
+    return Approval(
+        interrupt_id=str(interrupt.id),
+        name=str(request.get("name")),
+        args=json.dumps(request.get("args"), ensure_ascii=False),
+        thought=str(request.get("thought") or ""),
+    )
+
+
+def _config(thread: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": thread}}
