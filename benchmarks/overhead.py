@@ -28,6 +28,11 @@ from langgraph.graph import END, START, StateGraph
 from reinloop import AgentConfig, build_agent, sqlite_checkpointer
 from reinloop.testing import ScriptedChatModel, tool_call
 
+try:
+    from reinloop._langchain import as_shipped
+except ImportError:  # a reinloop from before the memoized tool helpers (benchmarks/paired.py's "before" tree)
+    from contextlib import nullcontext as as_shipped
+
 
 @tool
 def add(a: int, b: int) -> int:
@@ -52,9 +57,12 @@ def run_reinloop(iterations: int, checkpointer, durability: str | None = None) -
 
 
 def run_create_agent(iterations: int, checkpointer) -> None:
-    agent = create_agent(ScriptedChatModel(replies=script(iterations)), [add], checkpointer=checkpointer)
-    result = agent.invoke({"messages": [{"role": "user", "content": "add"}]}, {"configurable": {"thread_id": "bench"}})
-    assert result["messages"][-1].content == "done"
+    with as_shipped():  # LangChain as it ships, without reinloop's memoized tool helpers
+        agent = create_agent(ScriptedChatModel(replies=script(iterations)), [add], checkpointer=checkpointer)
+        result = agent.invoke(
+            {"messages": [{"role": "user", "content": "add"}]}, {"configurable": {"thread_id": "bench"}}
+        )
+        assert result["messages"][-1].content == "done"
 
 
 class _Counter(TypedDict, total=False):

@@ -23,12 +23,13 @@ import inspect
 import logging
 import types
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 
-__all__ = ["ORIGINALS", "install", "installed"]
+__all__ = ["ORIGINALS", "as_shipped", "install", "installed", "uninstall"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ _MISSING = object()
 _installed = False
 # The helpers as langchain-core has them, by name, once `install` has replaced them.
 ORIGINALS: dict[str, Callable[..., Any]] = {}
+_MADE: dict[str, Callable[..., Any]] = {}  # the memoized ones, by name
 
 
 def _function_key(obj: Any) -> tuple[types.FunctionType, bool] | None:
@@ -139,9 +141,11 @@ def install() -> bool:
     global _installed
     if _installed:
         return True
-    import importlib
-
-    modules = {name: importlib.import_module(name) for name in _PATCHED}
+    if _MADE:  # installed before, then uninstalled
+        _put(_modules(), _MADE)
+        _installed = True
+        return True
+    modules = _modules()
     if not _shapes_fit(modules):
         logger.debug("langchain-core's tool helpers have changed: tool calls are not sped up")
         return False
@@ -152,11 +156,44 @@ def install() -> bool:
         "_get_runnable_config_param": _runnable_config_param(base._get_type_hints),
         "get_all_basemodel_annotations": _basemodel_annotations(base.get_all_basemodel_annotations),
     }
-    for module_name, names in _PATCHED.items():
-        for name in names:
-            setattr(modules[module_name], name, made[name])
+    _MADE.update(made)
+    _put(modules, made)
     _installed = True
     return True
+
+
+def uninstall() -> None:
+    """Give LangChain's tool modules their own helpers back (the benchmarks time LangChain's agents as they
+    ship); `install` puts the memoized ones back, with what they had kept."""
+    global _installed
+    if _installed:
+        _put(_modules(), ORIGINALS)
+        _installed = False
+
+
+@contextmanager
+def as_shipped() -> Iterator[None]:
+    """While the block runs, LangChain's tools work out what they need on every call, as LangChain ships them
+    (the benchmarks time LangChain's own agents so); then as before."""
+    was = _installed
+    uninstall()
+    try:
+        yield
+    finally:
+        if was:
+            install()
+
+
+def _modules() -> dict[str, types.ModuleType]:
+    import importlib
+
+    return {name: importlib.import_module(name) for name in _PATCHED}
+
+
+def _put(modules: Mapping[str, types.ModuleType], helpers: Mapping[str, Callable[..., Any]]) -> None:
+    for module_name, names in _PATCHED.items():
+        for name in names:
+            setattr(modules[module_name], name, helpers[name])
 
 
 def installed() -> bool:

@@ -32,6 +32,16 @@ def test_installed_when_reinloop_runs_tools() -> None:
     assert _langchain.install()  # once: a second call replaces nothing again
 
 
+def test_as_shipped_gives_langchain_its_helpers_back_for_a_while() -> None:
+    with _langchain.as_shipped():
+        assert not _langchain.installed()
+        assert tools_structured._get_runnable_config_param is ORIGINAL["_get_runnable_config_param"]
+        assert tools_base.get_all_basemodel_annotations is ORIGINAL["get_all_basemodel_annotations"]
+        assert invoke_tool(StructuredTool.from_function(_with_config, name="w", description="d"), {"a": 5}) == 5
+    assert _langchain.installed()
+    assert tools_structured._get_runnable_config_param is not ORIGINAL["_get_runnable_config_param"]
+
+
 def _with_config(a: int, config: RunnableConfig, *, callbacks: Any = None) -> int:
     return a
 
