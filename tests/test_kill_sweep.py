@@ -44,10 +44,11 @@ def _worker(mode: str, db: str, folder: Path, thread: str, seed: int, gate: Path
     )
 
 
-def _resume(db: str, folder: Path, thread: str, seed: int, resumers: int) -> list[dict]:
-    """Resume the thread in `resumers` processes at once (their runs start together); what each printed."""
+def _resume(db: str, folder: Path, thread: str, seed: int, resumers: int, mode: str = "resume") -> list[dict]:
+    """Resume the thread in `resumers` processes at once (their runs start together); what each printed. A thread
+    killed before its first checkpoint has nothing to resume: its task is started again (`mode` "start")."""
     gate = folder / "gate"
-    workers = [_worker("resume", db, folder, thread, seed, gate if resumers > 1 else None) for _ in range(resumers)]
+    workers = [_worker(mode, db, folder, thread, seed, gate if resumers > 1 else None) for _ in range(resumers)]
     for worker in workers:
         assert worker.stdout is not None
         assert worker.stdout.readline().strip() == "ready", worker.stderr.read() if worker.stderr else ""
@@ -119,7 +120,10 @@ def _sweep_once(db: str, tmp_path: Path, seed: int, resumers: int = 1) -> dict:
     inside_tool = len(started) - sum(1 for event, _ in at_kill if event == "end")
     saved, values_at_kill = _saved_outcomes(db, thread)
     outcomes = []
-    if values_at_kill.get("finish_reason") != "answered":
+    if not values_at_kill:  # killed before the run saved anything (a loaded machine): no tool can have run
+        assert at_kill == []
+        outcomes = _resume(db, folder, thread, seed, resumers, mode="start")
+    elif values_at_kill.get("finish_reason") != "answered":
         outcomes = _resume(db, folder, thread, seed, resumers)
 
     with open_checkpointer(db) as saver:
@@ -155,6 +159,7 @@ def _sweep_once(db: str, tmp_path: Path, seed: int, resumers: int = 1) -> dict:
     return {
         "resumers_refused": sum(1 for outcome in outcomes if outcome.get("busy")),
         "killed": int(killed),
+        "killed_before_a_checkpoint": int(not values_at_kill),
         "killed_inside_a_tool": int(inside_tool > 0),
         "unsaved_calls_run_again": reran_unsaved,
         "in_doubt": len(in_doubt),
