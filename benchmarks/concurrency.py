@@ -42,6 +42,9 @@ from reinloop import AgentConfig, build_agent
 from reinloop._langchain import as_shipped
 from reinloop.testing import ScriptedChatModel, tool_call
 
+sys.path.insert(0, str(Path(__file__).parent))  # this folder's other benchmark: reinloop's topology floor
+from rounds import shape_input, topology
+
 POSTGRES_URL = os.environ.get("REINLOOP_BENCH_POSTGRES_URL")
 
 
@@ -145,12 +148,6 @@ def floor_topology_runs(rounds: int, latency: float, saver: Any) -> Run:
     wiring (the call sent to execute_tool, the conditional edges after validate_args and check_finish), the
     model awaited in decide and the tool called in execute_tool, and no other work in any node."""
     from langchain_core.messages import HumanMessage
-    from langgraph.types import Send
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from rounds import shape_input
-
-    from reinloop.state import RunState
 
     remote = RemoteModel(respond=lambda messages: tool_call("add", {"a": 1, "b": 1}), latency=latency)
     bound = remote.bind_tools([add])
@@ -170,22 +167,8 @@ def floor_topology_runs(rounds: int, latency: float, saver: Any) -> Run:
     async def check_finish(state: dict[str, Any]) -> dict[str, Any]:
         return {"iteration": state["iteration"] + 1}
 
-    graph = StateGraph(RunState)
-    graph.add_node("decide", decide)
-    graph.add_node("execute_tool", execute_tool)
-    for name in ("validate_args", "observe", "compress_memory", "circuit_break"):
-        graph.add_node(name, no_op)
-    graph.add_node("check_finish", check_finish)
-    graph.add_edge(START, "decide")
-    graph.add_edge("decide", "validate_args")
-    graph.add_conditional_edges("validate_args", lambda state: [Send("execute_tool", {"call_id": "call"})],
-                                ["execute_tool", "observe", "decide", "check_finish"])  # fmt: skip
-    graph.add_edge("execute_tool", "observe")
-    graph.add_edge("observe", "compress_memory")
-    graph.add_edge("compress_memory", "check_finish")
-    graph.add_conditional_edges("check_finish", lambda s: END if s["iteration"] >= s["iterations_left"] else "decide",
-                                ["decide", "circuit_break", END])  # fmt: skip
-    graph.add_edge("circuit_break", END)
+    no_ops = dict.fromkeys(("validate_args", "observe", "compress_memory", "circuit_break"), no_op)
+    graph = topology({"decide": decide, "execute_tool": execute_tool, **no_ops, "check_finish": check_finish})
     app = graph.compile(checkpointer=saver)
 
     async def run(n: int) -> bool:

@@ -159,11 +159,13 @@ def run_floor_shape(rounds: int, saver: Any, durability: str | None) -> None:
     _run_floor(graph, shape_input(rounds), saver, durability)
 
 
-def run_floor_topology(rounds: int, saver: Any, durability: str | None) -> None:
+def topology(nodes: dict[str, Callable[..., Any]]) -> Any:
+    """reinloop's wiring over its state schema, each phase run by `nodes` (a function by node name): the round's
+    call sent to execute_tool as a `Send` after validate_args, a conditional edge after check_finish, whose
+    node must count `iteration`, and circuit_break beside."""
     graph = StateGraph(RunState)
-    for name in ("decide", "validate_args", "execute_tool", "observe", "compress_memory", "circuit_break"):
-        graph.add_node(name, lambda state: {})
-    graph.add_node("check_finish", lambda state: {"iteration": state["iteration"] + 1})
+    for name, node in nodes.items():
+        graph.add_node(name, node)
     graph.add_edge(START, "decide")
     graph.add_edge("decide", "validate_args")
     graph.add_conditional_edges("validate_args", lambda state: [Send("execute_tool", {"call_id": "call"})],
@@ -174,6 +176,13 @@ def run_floor_topology(rounds: int, saver: Any, durability: str | None) -> None:
     graph.add_conditional_edges("check_finish", lambda s: END if s["iteration"] >= s["iterations_left"] else "decide",
                                 ["decide", "circuit_break", END])  # fmt: skip
     graph.add_edge("circuit_break", END)
+    return graph
+
+
+def run_floor_topology(rounds: int, saver: Any, durability: str | None) -> None:
+    phases = ("decide", "validate_args", "execute_tool", "observe", "compress_memory", "circuit_break")
+    nodes: dict[str, Callable[..., Any]] = {name: lambda state: {} for name in phases}
+    graph = topology({**nodes, "check_finish": lambda state: {"iteration": state["iteration"] + 1}})
     _run_floor(graph, shape_input(rounds), saver, durability)
 
 
