@@ -44,7 +44,6 @@ import json
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langchain_core.runnables.config import patch_config
 
 from reinloop._langgraph import CONFIG_KEY_RESUMING, CONFIG_KEY_SCRATCHPAD
 from reinloop.approvals import EDITED_NOTE
@@ -103,7 +102,9 @@ def _execute_tool(check: CallCheck, ctx: AgentContext, config: RunnableConfig) -
         update = _outcome(check, UNKNOWN_OUTCOME_TEMPLATE.format(name=name), "unknown_outcome", attempts=0)
         return {**update, "in_doubt": [doubt]}
     # One key for every attempt: a retry of a call that had its effect finds it, as a re-run after a crash does.
-    config = patch_config(config, configurable={IDEMPOTENCY_KEY: check["key"]})
+    # A plain merge: LangGraph's node config is complete, and the tool's own invoke copies what it changes
+    # (`patch_config` would copy the callback manager here as well).
+    config = {**config, "configurable": {**(config.get("configurable") or {}), IDEMPOTENCY_KEY: check["key"]}}
     settings = ctx.settings
     timeout = entry.timeout_s or settings.tool_timeout_s
     backoff = Backoff(settings.tool_backoff_s, settings.tool_backoff_max_s)

@@ -78,27 +78,35 @@ def call_with_timeout(fn: Callable[[], T], timeout_s: float) -> T:
     BaseException (`sys.exit()`) becomes `ToolExitError`.
     """
     call = _ThreadCall(fn)
-    concurrent.futures.wait([call.finished], timeout_s)
+    call.done.acquire(timeout=timeout_s)
     return call.outcome(timeout_s)
 
 
 async def acall_with_timeout(fn: Callable[[], T], timeout_s: float) -> T:
     """`call_with_timeout` for the event loop: the same daemon thread and limits, awaited without blocking
     the loop; a call that is still running at the deadline (or when the caller is cancelled) is abandoned."""
-    call = _ThreadCall(fn)
+    call = _ThreadCall(fn, concurrent.futures.Future())
+    assert call.finished is not None
     await asyncio.wait([asyncio.wrap_future(call.finished)], timeout=timeout_s)
     return call.outcome(timeout_s)
 
 
 class _ThreadCall(Generic[T]):
     """`fn` running in a daemon thread of its own while it runs (`_Workers`), which records when it finished
-    and what it returned or raised."""
+    and what it returned or raised.
 
-    def __init__(self, fn: Callable[[], T]) -> None:
+    The thread releases `done` when the call ends, and sets `finished` if one is given (for an event loop to
+    await): a thread waits on the bare lock, the cheapest handoff there is (a Future's wait builds a waiter,
+    an event and a condition for every call)."""
+
+    def __init__(self, fn: Callable[[], T], finished: concurrent.futures.Future[None] | None = None) -> None:
         self._value: dict[str, Any] = {}
-        # Set by the thread itself: the caller's wait (a thread or an event loop) only watches it.
-        self.finished: concurrent.futures.Future[None] = concurrent.futures.Future()
-        self.finished.set_running_or_notify_cancel()
+        # Released or set by the thread itself: the caller's wait (a thread or an event loop) only watches it.
+        self.done = _thread.allocate_lock()
+        self.done.acquire()
+        self.finished = finished
+        if finished is not None:
+            finished.set_running_or_notify_cancel()
         context = contextvars.copy_context()
         self._started_at = time.monotonic()
         _workers.run(partial(context.run, self._target, fn))
@@ -110,11 +118,14 @@ class _ThreadCall(Generic[T]):
             self._value["error"] = exc
         finally:
             self._value["finished_at"] = time.monotonic()
-            self.finished.set_result(None)
+            self.done.release()
+            if self.finished is not None:
+                self.finished.set_result(None)
 
     def outcome(self, timeout_s: float) -> T:
         """What `fn` returned or raised, once waited for; `ToolTimeoutError` if it was not done in time."""
-        if not self.finished.done() or self._value["finished_at"] - self._started_at > timeout_s:
+        finished_at = self._value.get("finished_at")
+        if finished_at is None or finished_at - self._started_at > timeout_s:
             raise ToolTimeoutError(f"no result within {timeout_s:g} s")
         if "error" not in self._value:
             value: T = self._value["value"]
