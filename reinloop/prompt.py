@@ -6,6 +6,7 @@ import bisect
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
@@ -129,8 +130,8 @@ class _Draft:
 
     @classmethod
     def of(cls, task: str, window: Sequence[BaseMessage], note: str | None, after: Sequence[str | None]) -> _Draft:
-        head = [HumanMessage(task), *([HumanMessage(note)] if note else [])]
-        tail = [HumanMessage(text) for text in after if text]
+        head = [_human(task), *([_human(note)] if note else [])]
+        tail = [_human(text) for text in after if text]
         return cls([*head, *window, *tail], len(head), len(head) + len(window))
 
     def measure(self, ctx: AgentContext) -> tuple[list[BaseMessage], int]:
@@ -140,7 +141,7 @@ class _Draft:
 
     def prompt(self, ctx: AgentContext) -> list[BaseMessage]:
         window = ctx.protocol.render(self.messages[self.first : self.end])
-        system = [SystemMessage(ctx.system_prompt)] if ctx.system_prompt else []
+        system = [_system(ctx.system_prompt)] if ctx.system_prompt else []
         prompt = [*system, *self.messages[: self.first], *window, *self.messages[self.end :]]
         return ctx.protocol.finalize(prompt)
 
@@ -190,6 +191,22 @@ class _Draft:
         dropped = sum(len(entry) for entry in entries[:count])
         kept = [*self.messages[: self.first], *self.messages[self.first + dropped :]]
         return _Draft(kept, self.first, self.end - dropped)
+
+
+# The same text gives the same message object, round after round: the token counter then knows it by identity,
+# and building a message (pydantic) is skipped. Like the window's messages, a prompt's messages are never
+# changed in place (a cut copies its message).
+MESSAGE_CACHE_SIZE = 256
+
+
+@lru_cache(maxsize=MESSAGE_CACHE_SIZE)
+def _human(text: str) -> HumanMessage:
+    return HumanMessage(text)
+
+
+@lru_cache(maxsize=MESSAGE_CACHE_SIZE)
+def _system(text: str) -> SystemMessage:
+    return SystemMessage(text)
 
 
 def _cut_args(args: Any, keep: int) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
@@ -12,7 +13,9 @@ from reinloop.guards.repeats import CACHED_RESULT_PREFIX
 from reinloop.text import gist, truncate
 
 __all__ = [
+    "EntryFacts",
     "digest",
+    "entry_facts",
     "entry_key",
     "error_note",
     "failed",
@@ -43,20 +46,23 @@ def window_entries(messages: Sequence[BaseMessage]) -> list[list[BaseMessage]]:
 def pairing_violations(messages: Sequence[BaseMessage]) -> list[str]:
     """Every way `messages` breaks the rule that each tool call is answered by exactly one result that
     follows it directly; empty when the window is well formed."""
+    return [problem for entry in window_entries(messages) for problem in entry_facts(entry).problems]
+
+
+def _problems(entry: Sequence[BaseMessage]) -> tuple[str, ...]:
+    """How one entry breaks the pairing rule (see `pairing_violations`)."""
+    head, results = entry[0], entry[1:]
+    if isinstance(head, ToolMessage):
+        return (f"tool result {head.tool_call_id!r} answers no call",)
     problems: list[str] = []
-    for entry in window_entries(messages):
-        head, results = entry[0], entry[1:]
-        if isinstance(head, ToolMessage):
-            problems.append(f"tool result {head.tool_call_id!r} answers no call")
-            continue
-        calls = [call["id"] for call in head.tool_calls] if isinstance(head, AIMessage) else []
-        answered: list[str | None] = [result.tool_call_id for result in results if isinstance(result, ToolMessage)]
-        for call_id in calls:
-            count = answered.count(call_id)
-            if count != 1:
-                problems.append(f"tool call {call_id!r} has {count} results")
-        problems.extend(f"tool result {rid!r} answers no call" for rid in answered if rid not in calls)
-    return problems
+    calls = [call["id"] for call in head.tool_calls] if isinstance(head, AIMessage) else []
+    answered: list[str | None] = [result.tool_call_id for result in results if isinstance(result, ToolMessage)]
+    for call_id in calls:
+        count = answered.count(call_id)
+        if count != 1:
+            problems.append(f"tool call {call_id!r} has {count} results")
+    problems.extend(f"tool result {rid!r} answers no call" for rid in answered if rid not in calls)
+    return tuple(problems)
 
 
 def error_note(text: str) -> HumanMessage:
@@ -78,11 +84,32 @@ def failed(entry: Sequence[BaseMessage]) -> bool:
     return all(isinstance(result, ToolMessage) and result.status == "error" for result in results)
 
 
-# Entry keys already computed, by the identity of the entry's messages (compress_memory asks for every entry of
-# the window every round, and a window's messages are the same objects from round to round within a run). The
-# cache holds the messages themselves, so their ids cannot be reused while they are in it.
-KEY_CACHE_SIZE = 4_096
-_keys: dict[tuple[int, ...], tuple[tuple[BaseMessage, ...], str]] = {}
+class EntryFacts(NamedTuple):
+    """What compress_memory and decide ask of a window entry every round, computed once per entry."""
+
+    key: str  # `entry_key`
+    failed: bool  # `failed`
+    problems: tuple[str, ...]  # its part of `pairing_violations`
+
+
+# Facts already computed, by the identity of the entry's messages: a window's messages are the same objects from
+# round to round within a run, and each round asks for every entry. The cache holds the messages themselves, so
+# their ids cannot be reused while they are in it: equal ids are the same messages.
+FACTS_CACHE_SIZE = 4_096
+_facts: dict[tuple[int, ...], tuple[tuple[BaseMessage, ...], EntryFacts]] = {}
+
+
+def entry_facts(entry: Sequence[BaseMessage]) -> EntryFacts:
+    """The entry's key, whether it failed and how it breaks the pairing rule, remembered by identity."""
+    ids = tuple(map(id, entry))
+    cached = _facts.get(ids)
+    if cached is not None:
+        return cached[1]
+    facts = EntryFacts(_entry_key(entry), failed(entry), _problems(entry))
+    if len(_facts) >= FACTS_CACHE_SIZE:
+        _facts.clear()
+    _facts[ids] = (tuple(entry), facts)
+    return facts
 
 
 def entry_key(entry: Sequence[BaseMessage]) -> str:
@@ -90,15 +117,7 @@ def entry_key(entry: Sequence[BaseMessage]) -> str:
     with the same results, or, for a note without tool calls, the same text. A result answered from cache
     is the result it repeats, so the call it repeats leaves the window and the answer from cache stays.
     Equal results of different calls (`add(2, 2)` and `add(1, 3)` both return 4) are different memories."""
-    ids = tuple(id(message) for message in entry)
-    cached = _keys.get(ids)
-    if cached is not None and all(a is b for a, b in zip(cached[0], entry, strict=True)):
-        return cached[1]
-    key = _entry_key(entry)
-    if len(_keys) >= KEY_CACHE_SIZE:
-        _keys.clear()
-    _keys[ids] = (tuple(entry), key)
-    return key
+    return entry_facts(entry).key
 
 
 def _entry_key(entry: Sequence[BaseMessage]) -> str:

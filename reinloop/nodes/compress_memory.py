@@ -33,7 +33,7 @@ from reinloop.drivers import Steps, adrive, drive
 from reinloop.memory.long_term import memory_namespace, remember_steps
 from reinloop.memory.summary import summarize_steps
 from reinloop.memory.usage import add_usage, call_usage
-from reinloop.memory.window import digest, entry_key, failed, window_entries
+from reinloop.memory.window import digest, entry_facts, window_entries
 from reinloop.prompt import assemble, prompt_tokens
 from reinloop.state import NO_USAGE, AgentState
 
@@ -120,7 +120,7 @@ def _latest_of_each(entries: list[list[BaseMessage]]) -> tuple[list[list[BaseMes
     kept: list[list[BaseMessage]] = []
     dropped: list[list[BaseMessage]] = []
     for entry in reversed(entries):
-        key = entry_key(entry)
+        key = entry_facts(entry).key
         (dropped if key in seen else kept).append(entry)
         seen.add(key)
     kept.reverse()
@@ -131,8 +131,11 @@ def _without_resolved_failures(
     entries: list[list[BaseMessage]],
 ) -> tuple[list[list[BaseMessage]], list[list[BaseMessage]]]:
     """Entries without the failures (all-failed decisions, error notes) that a newer entry followed, and those."""
-    older, newest = entries[:-1], entries[-1:]
-    return [entry for entry in older if not failed(entry)] + newest, [entry for entry in older if failed(entry)]
+    kept: list[list[BaseMessage]] = []
+    resolved: list[list[BaseMessage]] = []
+    for entry in entries[:-1]:
+        (resolved if entry_facts(entry).failed else kept).append(entry)
+    return kept + entries[-1:], resolved
 
 
 def _next_prompt_tokens(
