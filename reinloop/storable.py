@@ -47,12 +47,17 @@ def clean_text(text: str) -> str:
 
 def clean_value(value: Any) -> Any:
     """`value` with `clean_text` applied to every string in it, keys included (a new object when changed)."""
-    if isinstance(value, str):
+    kind = type(value)  # the exact JSON types first: an ABC's isinstance costs more than the rest of a step
+    if kind is str:
         return clean_text(value)
-    if isinstance(value, Mapping):
+    if kind in _LEAVES:
+        return value
+    if kind is dict or (kind is not list and kind is not tuple and isinstance(value, Mapping)):
         return {clean_value(key): clean_value(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
         return [clean_value(item) for item in value]
+    if isinstance(value, str):
+        return clean_text(value)
     return value
 
 
@@ -63,23 +68,35 @@ def storage_problem(value: Any, max_depth: int = MAX_DEPTH) -> str | None:
         item, depth = stack.pop()
         if depth > max_depth:
             return f"nesting deeper than {max_depth} levels"
-        if isinstance(item, bool) or item is None or isinstance(item, float | str):
+        kind = type(item)
+        if kind in _TEXT_AND_FLAGS:  # the exact types first: an ABC's isinstance costs more than the rest
             continue
-        if isinstance(item, int):
-            if not INT_RANGE[0] <= item <= INT_RANGE[1]:
-                return f"an integer of {item.bit_length()} bits (at most 64 bits can be stored)"
-            continue
-        if isinstance(item, Mapping):
+        if kind is dict or (kind is not list and kind is not tuple and isinstance(item, Mapping)):
             for key, child in item.items():
                 if not isinstance(key, str):
                     return f"a key of type {type(key).__name__} (keys must be strings)"
                 stack.append((child, depth + 1))
-            continue
-        if isinstance(item, list | tuple):
+        elif isinstance(item, list | tuple):
             stack.extend((child, depth + 1) for child in item)
-            continue
-        return f"a value of type {type(item).__name__}"
+        elif problem := _scalar_problem(item):
+            return problem
     return None
+
+
+def _scalar_problem(item: Any) -> str | None:
+    """Why a value that holds no other cannot be saved, or None."""
+    if item is None or isinstance(item, bool | float | str):
+        return None
+    if isinstance(item, int):
+        if INT_RANGE[0] <= item <= INT_RANGE[1]:
+            return None
+        return f"an integer of {item.bit_length()} bits (at most 64 bits can be stored)"
+    return f"a value of type {type(item).__name__}"
+
+
+# Values `clean_value` returns as they are, and values `storage_problem` accepts as they are, by exact type.
+_LEAVES = frozenset({int, float, bool, type(None)})
+_TEXT_AND_FLAGS = frozenset({str, float, bool, type(None)})
 
 
 def args_problem(args: Any, max_chars: int = MAX_ARGS_CHARS) -> str | None:

@@ -7,16 +7,20 @@ import functools
 import sys
 from typing import Annotated, Any
 
+import langchain_core.language_models.chat_models as chat_models
 import langchain_core.tools.base as tools_base
 import langchain_core.tools.simple as tools_simple
 import langchain_core.tools.structured as tools_structured
 import pytest
 from langchain_core.callbacks import BaseCallbackHandler, CallbackManagerForToolRun
+from langchain_core.messages import AIMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, InjectedToolArg, InjectedToolCallId, StructuredTool, Tool, tool
 from pydantic import BaseModel
 
 from reinloop import _langchain
+from reinloop.testing import ScriptedChatModel
 from reinloop.tools.outcomes import invoke_tool
 
 ORIGINAL = _langchain.ORIGINALS
@@ -28,7 +32,27 @@ def test_installed_when_reinloop_runs_tools() -> None:
         assert module._signature_parameters is not ORIGINAL["_signature_parameters"]
         assert module._get_runnable_config_param is not ORIGINAL["_get_runnable_config_param"]
     assert tools_base.get_all_basemodel_annotations is not ORIGINAL["get_all_basemodel_annotations"]
+    assert chat_models._signature_parameters is tools_base._signature_parameters
     assert _langchain.install()  # once: a second call replaces nothing again
+
+
+class _RunManagerModel(ScriptedChatModel):
+    """A chat model whose `_generate` may or may not take a run manager: LangChain passes one only if it does."""
+
+    def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
+        text = "with a run manager" if run_manager is not None else "without"
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(text))])
+
+
+class _PlainModel(ScriptedChatModel):
+    def _generate(self, messages: Any, stop: Any = None, **kwargs: Any) -> ChatResult:
+        return ChatResult(generations=[ChatGeneration(message=AIMessage("plain"))])
+
+
+def test_chat_models_get_a_run_manager_exactly_when_their_generate_takes_one() -> None:
+    for _ in range(2):  # the first call works it out, the second finds it kept
+        assert _RunManagerModel(replies=[]).invoke("hi").content == "with a run manager"
+        assert _PlainModel(replies=[]).invoke("hi").content == "plain"
 
 
 def test_as_shipped_gives_langchain_its_helpers_back_for_a_while() -> None:
