@@ -106,9 +106,11 @@ class RepeatCounts:
                 guard._count(entry)
         # Repeats after feedback are counted over a longer window, or a dead loop could never trip once
         # repeats_after_feedback reaches loop_window - 1.
+        tallies = {"cached": guard.cached, "refused": guard.refused}
         for records in _earlier(window, horizon(settings)):
-            guard.cached.update(guard._record_key(entry) for entry in records if entry["outcome"] == "cached")
-            guard.refused.update(guard._record_key(entry) for entry in records if entry["outcome"] == "refused")
+            for entry in records:
+                if (tally := tallies.get(entry["outcome"])) is not None:
+                    tally[guard._record_key(entry)] += 1
         return guard
 
     def judge(self, check: CallCheck) -> CallCheck:
