@@ -104,7 +104,13 @@ class TokenCounter:
         return tokens
 
     def messages(self, messages: Sequence[BaseMessage]) -> int:
-        return sum(self.message(message) for message in messages) + TOKENS_PER_REPLY
+        # Every prompt is counted whole, and most of its messages were counted before: those are looked up here,
+        # without a call each (a prompt of 25 messages is counted twice a round).
+        total, known = TOKENS_PER_REPLY, self._messages
+        for message in messages:
+            cached = known.get(id(message))
+            total += cached[1] if cached is not None and cached[0] is message else self.message(message)
+        return total
 
     def tools(self, schemas: Sequence[dict[str, Any]]) -> int:
         return sum(self.text(json.dumps(schema, ensure_ascii=False, separators=(",", ":"))) for schema in schemas)
