@@ -28,11 +28,13 @@ import types
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
+from langchain_core.callbacks import BaseCallbackManager
 from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.config import patch_config, set_config_context
 
-__all__ = ["ORIGINALS", "as_shipped", "install", "installed", "uninstall"]
+__all__ = ["LOUD", "ORIGINALS", "as_shipped", "install", "installed", "invoke_quietly", "uninstall"]
 
 logger = logging.getLogger(__name__)
 
@@ -203,3 +205,105 @@ def _put(modules: Mapping[str, types.ModuleType], helpers: Mapping[str, Callable
 def installed() -> bool:
     """Whether LangChain's tool helpers are the memoized ones."""
     return _installed
+
+
+# What `invoke_quietly` returns when the call must go through `BaseTool.invoke` (nothing was called).
+LOUD: Any = object()
+
+
+def invoke_quietly(tool: Any, tool_input: dict[str, Any], config: RunnableConfig | None) -> Any:
+    """Call a `StructuredTool` as `BaseTool.invoke` would, without its callback manager, when no callback
+    handler would see the call; `LOUD` (and nothing called) otherwise.
+
+    `BaseTool.run` configures a callback manager, announces the run to it and reports its end: about a third of a
+    small tool's call, spent for no one when no handler is configured. Skipped only when all of these hold, so that
+    every handler, tracer, run collector and debug printer that would see the call still does:
+    - the tool is a plain `StructuredTool` with a sync function that takes no `callbacks`, no `callbacks` or
+      `verbose` of its own, LangChain's error handling off (reinloop's runners have it off: `reinloop.tools.registry`)
+      and `response_format="content"`; the input is arguments, not a ToolCall;
+    - `config` carries a callback manager with no handlers, inheritable or not (under LangGraph the run's tracers
+      and handlers are inherited by every node's manager);
+    - LangChain debug is off, LangSmith tracing is off (environment, context, a run tree), and no configure hook
+      (a run collector, a usage callback) is active.
+    What runs then is `BaseTool.run`'s own path: its argument parsing and injected-argument filtering
+    (`_to_args_and_kwargs`), the tool's `_run` with the caller's config, in a copy of the context that carries the
+    child config (nested runnables see the same config), and its exceptions raised as they are.
+    """
+    if not _quiet(tool, tool_input, config):
+        return LOUD
+    assert config is not None
+    child_config = patch_config(config, callbacks=cast(BaseCallbackManager, config["callbacks"]))
+    with set_config_context(child_config) as context:
+        args, kwargs = tool._to_args_and_kwargs(tool_input, None)
+        return context.run(tool._run, *args, config=config, **kwargs)
+
+
+def _quiet(tool: Any, tool_input: dict[str, Any], config: RunnableConfig | None) -> bool:
+    """Whether `invoke_quietly` may call `tool` without its callback manager (see there)."""
+    if _LANGCHAIN_PARTS is None or type(tool) is not _LANGCHAIN_PARTS.structured_tool or config is None:
+        return False
+    if tool.callbacks or tool.verbose or tool.handle_tool_error or tool.handle_validation_error:
+        return False
+    if tool.response_format != "content" or not isinstance(tool_input, dict) or tool_input.get("type") == "tool_call":
+        return False
+    func = tool.func
+    if type(func) is not types.FunctionType or "callbacks" in _LANGCHAIN_PARTS.signature_parameters(func):
+        return False
+    manager = config.get("callbacks")
+    if not isinstance(manager, _LANGCHAIN_PARTS.base_callback_manager):
+        return False
+    if manager.handlers or manager.inheritable_handlers:
+        return False
+    return not _LANGCHAIN_PARTS.something_listens()
+
+
+class _Parts:
+    """The LangChain names `invoke_quietly` relies on, looked up once; None when one is missing."""
+
+    def __init__(self) -> None:
+        from langchain_core.callbacks.base import BaseCallbackManager
+        from langchain_core.globals import get_debug
+        from langchain_core.tools import StructuredTool
+        from langchain_core.tracers import context as tracer_context
+        from langchain_core.utils.env import env_var_is_set
+        from langsmith.run_helpers import get_current_run_tree
+
+        self.structured_tool = StructuredTool
+        self.base_callback_manager = BaseCallbackManager
+        self.signature_parameters = _signature_parameters(_original_signature_parameters())
+        self._get_debug = get_debug
+        self._tracing_enabled = tracer_context._tracing_v2_is_enabled
+        self._hooks = tracer_context._configure_hooks
+        self._env_var_is_set = env_var_is_set
+        self._run_tree = get_current_run_tree
+
+    def something_listens(self) -> bool:
+        """Whether LangChain's callback configuration would add a handler of its own to a tool's run."""
+        if self._get_debug() or self._tracing_enabled() or self._run_tree() is not None:
+            return True
+        if self._env_var_is_set("LANGCHAIN_TRACING") or self._env_var_is_set("LANGCHAIN_HANDLER"):
+            return True  # BaseTool.run raises on the old tracer's variable: it must get to say so
+        return any(var.get() is not None or (env and self._env_var_is_set(env)) for var, _, _, env in self._hooks)
+
+
+def _original_signature_parameters() -> Callable[[Any], _Parameters]:
+    from langchain_core.utils._signature import _signature_parameters as original
+
+    return original
+
+
+def _langchain_parts() -> _Parts | None:
+    try:
+        parts = _Parts()
+    except (ImportError, AttributeError):
+        logger.debug("langchain-core's callback internals have changed: tools always run with their callbacks")
+        return None
+    tool_run = getattr(parts.structured_tool, "_run", None)
+    if tool_run is None or "config" not in inspect.signature(tool_run).parameters:
+        return None
+    if not callable(getattr(parts.structured_tool, "_to_args_and_kwargs", None)):
+        return None
+    return parts
+
+
+_LANGCHAIN_PARTS = _langchain_parts()

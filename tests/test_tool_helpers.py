@@ -12,11 +12,23 @@ import langchain_core.tools.base as tools_base
 import langchain_core.tools.simple as tools_simple
 import langchain_core.tools.structured as tools_structured
 import pytest
-from langchain_core.callbacks import BaseCallbackHandler, CallbackManagerForToolRun
+from langchain_core.callbacks import BaseCallbackHandler, CallbackManager, CallbackManagerForToolRun
+from langchain_core.globals import set_debug
 from langchain_core.messages import AIMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
-from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import BaseTool, InjectedToolArg, InjectedToolCallId, StructuredTool, Tool, tool
+from langchain_core.runnables import RunnableConfig, RunnableLambda, ensure_config
+from langchain_core.tools import (
+    BaseTool,
+    InjectedToolArg,
+    InjectedToolCallId,
+    StructuredTool,
+    Tool,
+    ToolException,
+    tool,
+)
+from langchain_core.tracers.context import collect_runs
+from langsmith import tracing_context
+from langsmith.utils import get_env_var
 from pydantic import BaseModel
 
 from reinloop import _langchain
@@ -209,3 +221,134 @@ def test_functions_are_not_kept_alive() -> None:
     del short_lived
     gc.collect()
     assert gone() is None
+
+
+# tools called without their callback manager when nothing listens ----------------------------------------
+
+
+def _quiet_config(**configurable: Any) -> RunnableConfig:
+    """A node's config as LangGraph gives it when no handler is configured: a callback manager without handlers."""
+    return {"callbacks": CallbackManager(handlers=[]), "metadata": {"who": "me"}, "tags": ["t"],
+            "configurable": {"thread_id": "th", **configurable}}  # fmt: skip
+
+
+class _Point(BaseModel):
+    x: int
+    y: int = 0
+
+
+@tool
+def _shapes(count: int, label: str = "n", point: _Point | None = None, flags: list[bool] | None = None) -> str:
+    """Shows what it was given, with the types pydantic gave it."""
+    shown = point if point is None else (type(point).__name__, point.x, point.y)
+    return repr((count, label, shown, flags))
+
+
+@tool
+def _sees_its_config(a: int, config: RunnableConfig) -> str:
+    """Reports its config, and what a nested runnable finds in the context."""
+    nested = RunnableLambda(lambda _: ensure_config()).invoke(None)
+    return repr((a, config["configurable"]["thread_id"], nested["configurable"].get("thread_id"), nested["tags"]))
+
+
+@tool
+def _fails(kind: str) -> str:
+    """Raises what it is asked to."""
+    if kind == "tool":
+        raise ToolException("the tool says no")
+    raise ValueError("a bug")
+
+
+@tool
+def _no_args() -> str:
+    """Takes nothing."""
+    return "nothing"
+
+
+QUIET_CASES = {
+    "coerced and defaulted": (_shapes, {"count": "3", "point": {"x": "1"}, "flags": ["true", 0]}),
+    "only what was given": (_shapes, {"count": 2}),
+    "config and context": (_sees_its_config, {"a": 1}),
+    "no arguments": (_no_args, {}),
+    "a tool error": (_fails, {"kind": "tool"}),
+    "a bug": (_fails, {"kind": "bug"}),
+    "invalid arguments": (_shapes, {"count": "many"}),
+}
+
+
+def _outcome(call: Any) -> Any:
+    try:
+        return ("value", call())
+    except Exception as exc:
+        return ("raised", type(exc), str(exc))
+
+
+@pytest.mark.parametrize("name", list(QUIET_CASES))
+def test_a_quiet_call_gives_what_langchain_gives(name: str) -> None:
+    lc_tool, args = QUIET_CASES[name]
+    config = _quiet_config()
+    assert _langchain._quiet(lc_tool, args, config)
+    assert _outcome(lambda: _langchain.invoke_quietly(lc_tool, dict(args), config)) == _outcome(
+        lambda: lc_tool.invoke(dict(args), config)
+    )
+
+
+def test_a_quiet_call_configures_no_callback_manager(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("configured a callback manager")
+
+    monkeypatch.setattr(CallbackManager, "configure", refuse)
+    assert invoke_tool(_shapes, {"count": 1}, _quiet_config()) == repr((1, "n", None, None))
+    with pytest.raises(AssertionError, match="configured"):  # a handler listens: LangChain's own path
+        invoke_tool(_shapes, {"count": 1}, {**_quiet_config(), "callbacks": CallbackManager(handlers=[_Seen()])})
+
+
+def test_every_listener_still_sees_the_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    handler = _Seen()
+    managers = [CallbackManager(handlers=[handler]), CallbackManager(handlers=[], inheritable_handlers=[handler])]
+    for callbacks in [*managers, [handler]]:
+        config: RunnableConfig = {**_quiet_config(), "callbacks": callbacks}
+        assert not _langchain._quiet(_shapes, {"count": 1}, config)
+        assert invoke_tool(_shapes, {"count": 1}, config) == repr((1, "n", None, None))
+    # LangChain tells an inheritable-only handler of the tool's children, not of the tool's own run.
+    assert handler.events == ["start", "end"] * 2
+    with collect_runs() as collector:  # a configure hook: the run collector
+        invoke_tool(_shapes, {"count": 1}, _quiet_config())
+    assert [run.name for run in collector.traced_runs] == ["_shapes"]
+    assert not _langchain._quiet(_shapes.model_copy(update={"callbacks": [handler]}), {"count": 1}, _quiet_config())
+    assert not _langchain._quiet(_shapes.model_copy(update={"verbose": True}), {"count": 1}, _quiet_config())
+    set_debug(True)
+    try:
+        assert not _langchain._quiet(_shapes, {"count": 1}, _quiet_config())
+    finally:
+        set_debug(False)
+    monkeypatch.setenv("LANGSMITH_TRACING", "true")
+    get_env_var.cache_clear()  # LangSmith reads its variables once, for LangChain's path and this one alike
+    try:
+        assert not _langchain._quiet(_shapes, {"count": 1}, _quiet_config())
+    finally:
+        monkeypatch.delenv("LANGSMITH_TRACING")
+        get_env_var.cache_clear()
+    with tracing_context(enabled=True):
+        assert not _langchain._quiet(_shapes, {"count": 1}, _quiet_config())
+
+
+def test_other_tools_and_inputs_take_langchain_s_path() -> None:
+    config = _quiet_config()
+
+    def with_callbacks(a: int, callbacks: Any = None) -> int:
+        return a
+
+    loud = {
+        "callbacks parameter": (StructuredTool.from_function(with_callbacks, name="cb", description="d"), {"a": 1}),
+        "handles its errors": (_fails.model_copy(update={"handle_tool_error": True}), {"kind": "tool"}),
+        "handles bad arguments": (_shapes.model_copy(update={"handle_validation_error": True}), {"count": "x"}),
+        "artifact": (_shapes.model_copy(update={"response_format": "content_and_artifact"}), {"count": 1}),
+        "a ToolCall": (_shapes, {"type": "tool_call", "name": "_shapes", "args": {"count": 1}, "id": "c1"}),
+        "not a StructuredTool": (Tool(name="plain", description="d", func=lambda text: text), {"text": "x"}),
+    }
+    for name, (lc_tool, args) in loud.items():
+        assert not _langchain._quiet(lc_tool, args, config), name
+        assert _langchain.invoke_quietly(lc_tool, args, config) is _langchain.LOUD, name
+    assert not _langchain._quiet(_shapes, {"count": 1}, None)
+    assert invoke_tool(loud["handles its errors"][0], {"kind": "tool"}, config) == "the tool says no"

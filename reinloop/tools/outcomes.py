@@ -143,4 +143,6 @@ def invoke_tool(tool: BaseTool, args: dict[str, Any], config: RunnableConfig | N
     """Call a LangChain tool synchronously; async-only tools run on their own event loop."""
     if isinstance(tool, StructuredTool) and tool.func is None and tool.coroutine is not None:
         return asyncio.run(tool.ainvoke(args, config))
+    if (value := _langchain.invoke_quietly(tool, args, config)) is not _langchain.LOUD:
+        return value
     return tool.invoke(args, config)
