@@ -203,4 +203,6 @@ def _storable_message(message: AIMessage, calls: list[dict[str, Any]]) -> AIMess
         update["id"] = clean_text(message.id)
     if message.name is not None:
         update["name"] = clean_text(message.name)
+    if all(getattr(message, field) == value for field, value in update.items()):
+        return message  # nothing to clean (most replies): the same object, which the token counter knows
     return message.model_copy(update=update)
