@@ -78,16 +78,16 @@ def call_with_timeout(fn: Callable[[], T], timeout_s: float) -> T:
     BaseException (`sys.exit()`) becomes `ToolExitError`.
     """
     call = _ThreadCall(fn)
-    call.done.acquire(timeout=timeout_s)
+    call.done.acquire(timeout=max(timeout_s, 0))  # a lock refuses a negative wait, as a Future's did not
     return call.outcome(timeout_s)
 
 
 async def acall_with_timeout(fn: Callable[[], T], timeout_s: float) -> T:
     """`call_with_timeout` for the event loop: the same daemon thread and limits, awaited without blocking
     the loop; a call that is still running at the deadline (or when the caller is cancelled) is abandoned."""
-    call = _ThreadCall(fn, concurrent.futures.Future())
-    assert call.finished is not None
-    await asyncio.wait([asyncio.wrap_future(call.finished)], timeout=timeout_s)
+    finished: concurrent.futures.Future[None] = concurrent.futures.Future()
+    call = _ThreadCall(fn, finished)
+    await asyncio.wait([asyncio.wrap_future(finished)], timeout=timeout_s)
     return call.outcome(timeout_s)
 
 
