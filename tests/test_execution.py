@@ -619,6 +619,60 @@ def test_nothing_escapes_invoke_and_nothing_huge_is_stored(saver, tmp_path):
     assert files < 1_000_000, f"{files} bytes of SQLite files for one 10 MB tool result"
 
 
+class SlowSecondStart:
+    """Unpickled by each worker as it starts: the first to arrive goes on, the second sleeps first, so it is
+    still unpickling pebble's channel (its semaphores) when the pool stops."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_arrive, (self.folder,))
+
+
+def _arrive(folder: str) -> None:
+    try:
+        os.close(os.open(os.path.join(folder, "first"), os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        time.sleep(1.5)
+
+
+def _ignores_sigterm(fifo: str) -> None:
+    """A call that outlasts SIGTERM (pebble then waits seconds before SIGKILL), after saying it runs."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with open(fifo, "w") as started:
+        started.write("running")
+    time.sleep(60)
+
+
+def test_a_worker_still_starting_is_stopped_before_its_channel_goes(tmp_path):
+    # pebble unlinks its channel's semaphores before it kills the workers: a worker still unpickling that channel
+    # then printed a FileNotFoundError traceback at interpreter exit (seen in CI, about 1 run in 25 under load).
+    fifo = tmp_path / "started"
+    os.mkfifo(fifo)
+    (tmp_path / "main.py").write_text(
+        textwrap.dedent(
+            f"""
+            from pebble import ProcessPool
+            from reinloop.tools.workers import _shut_down, _start_context
+            from test_execution import SlowSecondStart, _ignores_sigterm
+
+            if __name__ == "__main__":
+                pool = ProcessPool(max_workers=2, initializer=print, initargs=(SlowSecondStart({str(tmp_path)!r}),),
+                                   context=_start_context())
+                pool.schedule(_ignores_sigterm, args=({str(fifo)!r},))
+                with open({str(fifo)!r}) as started:
+                    started.read()
+                _shut_down(pool)
+            """
+        )
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.getcwd()])}
+    done = subprocess.run([sys.executable, tmp_path / "main.py"], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+
+
 def test_interpreter_exit_stops_a_hung_worker(tmp_path):
     fifo = tmp_path / "started"
     os.mkfifo(fifo)

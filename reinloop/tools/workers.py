@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import contextlib
 import importlib
 import multiprocessing
 import os
@@ -38,6 +39,8 @@ T = TypeVar("T")
 # Worker processes that run process-isolated calls at once; further calls wait for a free worker, and their
 # timeout starts when they start. Each worker is an interpreter with reinloop imported.
 POOL_WORKERS = 2
+# How long a stop waits for pebble's manager loop (it looks at the pool every 0.1 s) before stopping workers.
+MANAGER_STOP_S = 2.0
 # The parts of a call's config that a worker process gets (plain strings; callbacks cannot cross).
 PORTABLE_KEYS = ("thread_id", IDEMPOTENCY_KEY)
 # The error of a process-isolated tool that returned a Command: its update could carry anything back.
@@ -167,6 +170,26 @@ def stop_workers() -> None:
 
 
 def _shut_down(pool: ProcessPool) -> None:
-    # stop() drops the calls still queued; join() then ends pebble's threads and kills the workers.
+    # stop() drops the calls still queued and ends pebble's loops; join() then ends its threads and kills the
+    # workers. pebble unlinks its channel's semaphores before it kills the workers, so a worker still starting
+    # (unpickling that channel: slow on a loaded machine) would fail to open them and print a traceback as the
+    # interpreter exits. The workers are stopped first, once pebble's manager can no longer start replacements.
     pool.stop()
+    _stop_workers_first(pool)
     pool.join()
+
+
+def _stop_workers_first(pool: ProcessPool) -> None:
+    """SIGTERM to the pool's workers (a starting one dies at once), after pebble's manager loop has ended; nothing
+    on a pebble whose private names differ (it then stops them in its own order)."""
+    manager_loop = getattr(pool, "_pool_manager_loop", None)
+    workers = getattr(getattr(getattr(pool, "_pool_manager", None), "worker_manager", None), "workers", None)
+    if not isinstance(manager_loop, threading.Thread) or not isinstance(workers, dict):
+        return
+    if manager_loop is not threading.current_thread():
+        manager_loop.join(MANAGER_STOP_S)
+    if manager_loop.is_alive():
+        return  # it could still start a worker: leave the order to pebble
+    for process in list(workers.values()):
+        with contextlib.suppress(OSError, ValueError):  # already gone, or closed
+            process.terminate()
