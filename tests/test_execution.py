@@ -619,8 +619,8 @@ def test_nothing_escapes_invoke_and_nothing_huge_is_stored(saver, tmp_path):
     assert files < 1_000_000, f"{files} bytes of SQLite files for one 10 MB tool result"
 
 
-class SlowSecondStart:
-    """Unpickled by each worker as it starts: the first to arrive goes on, the second sleeps first, so it is
+class SlowThirdStart:
+    """Unpickled by each worker as it starts: the first two go on, a third (a replacement) sleeps first, so it is
     still unpickling pebble's channel (its semaphores) when the pool stops."""
 
     def __init__(self, folder: str) -> None:
@@ -631,73 +631,87 @@ class SlowSecondStart:
 
 
 def _arrive(folder: str) -> None:
-    try:
-        os.close(os.open(os.path.join(folder, "first"), os.O_CREAT | os.O_EXCL))
-    except FileExistsError:
-        time.sleep(1.5)
+    for name in ("first", "second"):
+        try:
+            os.close(os.open(os.path.join(folder, name), os.O_CREAT | os.O_EXCL))
+            return
+        except FileExistsError:
+            continue
+    with open(os.path.join(folder, "third"), "w"):
+        pass
+    time.sleep(1.5)
 
 
 def _ignores_sigterm(fifo: str) -> None:
-    """A call that outlasts SIGTERM (pebble then waits seconds before SIGKILL), after saying it runs."""
+    """A call that outlasts SIGTERM (pebble waits seconds before its SIGKILL), after sending its pid."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     with open(fifo, "w") as started:
-        started.write("running")
+        started.write(str(os.getpid()))
     time.sleep(60)
 
 
-def test_a_worker_still_starting_is_stopped_before_its_channel_goes(tmp_path):
-    # pebble unlinks its channel's semaphores before it kills the workers: a worker still unpickling that channel
-    # then printed a FileNotFoundError traceback at interpreter exit (seen in CI, about 1 run in 25 under load).
+def _script_exits_cleanly(tmp_path: Path, body: str) -> str:
+    """Run `body` (given `FIFO`, the path of a FIFO in `tmp_path`) as a main script that can import this module;
+    check it exits 0 with no traceback from it or its worker processes, and return what it printed."""
     fifo = tmp_path / "started"
     os.mkfifo(fifo)
-    (tmp_path / "main.py").write_text(
-        textwrap.dedent(
-            f"""
-            from pebble import ProcessPool
-            from reinloop.tools.workers import _shut_down, _start_context
-            from test_execution import SlowSecondStart, _ignores_sigterm
-
-            if __name__ == "__main__":
-                pool = ProcessPool(max_workers=2, initializer=print, initargs=(SlowSecondStart({str(tmp_path)!r}),),
-                                   context=_start_context())
-                pool.schedule(_ignores_sigterm, args=({str(fifo)!r},))
-                with open({str(fifo)!r}) as started:
-                    started.read()
-                _shut_down(pool)
-            """
-        )
-    )
+    (tmp_path / "main.py").write_text(f"FIFO = {str(fifo)!r}\nFOLDER = {str(tmp_path)!r}\n" + textwrap.dedent(body))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.getcwd()])}
     done = subprocess.run([sys.executable, tmp_path / "main.py"], capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr, done.stderr
+    return done.stdout
+
+
+def test_a_worker_still_starting_is_stopped_before_its_channel_goes(tmp_path):
+    # pebble unlinks its channel's semaphores before it kills the workers: a worker still unpickling that channel
+    # then printed a FileNotFoundError traceback at interpreter exit (seen in CI, about 1 run in 25 under load;
+    # here every time).
+    _script_exits_cleanly(
+        tmp_path,
+        """
+        import multiprocessing, os, signal, time
+        from pebble import ProcessPool
+        from reinloop.tools.workers import _shut_down, _start_context
+        from test_execution import SlowThirdStart, _ignores_sigterm
+
+        if __name__ == "__main__":
+            pool = ProcessPool(max_workers=2, initializer=print, initargs=(SlowThirdStart(FOLDER),),
+                               context=_start_context())
+            pool.schedule(_ignores_sigterm, args=(FIFO,))
+            with open(FIFO) as started:
+                busy = int(started.read())
+            while not os.path.exists(os.path.join(FOLDER, "second")):  # both workers have started
+                time.sleep(0.05)
+            # The idle worker dies: pebble starts a replacement, after the busy one in its list, which takes its
+            # time to start. Stopping the busy one takes pebble seconds (it ignores SIGTERM).
+            idle = [child.pid for child in multiprocessing.active_children() if child.pid != busy]
+            os.kill(idle[0], signal.SIGKILL)
+            while not os.path.exists(os.path.join(FOLDER, "third")):
+                time.sleep(0.05)
+            _shut_down(pool)
+        """,
+    )
 
 
 def test_interpreter_exit_stops_a_hung_worker(tmp_path):
-    fifo = tmp_path / "started"
-    os.mkfifo(fifo)
-    (tmp_path / "main.py").write_text(
-        textwrap.dedent(
-            f"""
-            import threading
-            from reinloop.tools import ToolRegistry, run_tool
-            from test_execution import Hangs
+    printed = _script_exits_cleanly(
+        tmp_path,
+        """
+        import threading
+        from reinloop.tools import ToolRegistry, run_tool
+        from test_execution import Hangs
 
-            if __name__ == "__main__":
-                tools = ToolRegistry()
-                tools.add(Hangs(), isolation="process")
-                args = (tools["hangs"], {{"fifo": {str(fifo)!r}}}, 600)
-                threading.Thread(target=run_tool, args=args, daemon=True).start()
-                with open({str(fifo)!r}) as started:
-                    print(started.read())
-            """
-        )
+        if __name__ == "__main__":
+            tools = ToolRegistry()
+            tools.add(Hangs(), isolation="process")
+            args = (tools["hangs"], {"fifo": FIFO}, 600)
+            threading.Thread(target=run_tool, args=args, daemon=True).start()
+            with open(FIFO) as started:
+                print(started.read())
+        """,
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.getcwd()])}
-    done = subprocess.run([sys.executable, tmp_path / "main.py"], capture_output=True, text=True, timeout=60, env=env)
-    assert done.returncode == 0, done.stderr
-    assert "Traceback" not in done.stderr
-    worker = int(done.stdout)
+    worker = int(printed)
     try:
         os.kill(worker, signal.SIGKILL)
     except ProcessLookupError:
