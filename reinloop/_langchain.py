@@ -247,7 +247,8 @@ def _quiet(tool: Any, tool_input: dict[str, Any], config: RunnableConfig | None)
     if tool.response_format != "content" or not isinstance(tool_input, dict) or tool_input.get("type") == "tool_call":
         return False
     func = tool.func
-    if type(func) is not types.FunctionType or "callbacks" in _LANGCHAIN_PARTS.signature_parameters(func):
+    # The question StructuredTool._run asks, through the helper it calls (memoized while `install`ed).
+    if type(func) is not types.FunctionType or "callbacks" in _LANGCHAIN_PARTS.structured._signature_parameters(func):
         return False
     manager = config.get("callbacks")
     if not isinstance(manager, _LANGCHAIN_PARTS.base_callback_manager):
@@ -263,14 +264,14 @@ class _Parts:
     def __init__(self) -> None:
         from langchain_core.callbacks.base import BaseCallbackManager
         from langchain_core.globals import get_debug
-        from langchain_core.tools import StructuredTool
+        from langchain_core.tools import StructuredTool, structured
         from langchain_core.tracers import context as tracer_context
         from langchain_core.utils.env import env_var_is_set
         from langsmith.run_helpers import get_current_run_tree
 
         self.structured_tool = StructuredTool
         self.base_callback_manager = BaseCallbackManager
-        self.signature_parameters = _signature_parameters(_original_signature_parameters())
+        self.structured = structured
         self._get_debug = get_debug
         self._tracing_enabled = tracer_context._tracing_v2_is_enabled
         self._hooks = tracer_context._configure_hooks
@@ -286,12 +287,6 @@ class _Parts:
         return any(var.get() is not None or (env and self._env_var_is_set(env)) for var, _, _, env in self._hooks)
 
 
-def _original_signature_parameters() -> Callable[[Any], _Parameters]:
-    from langchain_core.utils._signature import _signature_parameters as original
-
-    return original
-
-
 def _langchain_parts() -> _Parts | None:
     try:
         parts = _Parts()
@@ -302,6 +297,8 @@ def _langchain_parts() -> _Parts | None:
     if tool_run is None or "config" not in inspect.signature(tool_run).parameters:
         return None
     if not callable(getattr(parts.structured_tool, "_to_args_and_kwargs", None)):
+        return None
+    if not callable(getattr(parts.structured, "_signature_parameters", None)):
         return None
     return parts
 
