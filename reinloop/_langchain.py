@@ -34,7 +34,7 @@ from langchain_core.callbacks import BaseCallbackManager
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import patch_config, set_config_context
 
-__all__ = ["LOUD", "ORIGINALS", "as_shipped", "install", "installed", "invoke_quietly", "uninstall"]
+__all__ = ["LOUD", "ORIGINALS", "as_shipped", "install", "installed", "invoke_quietly", "unheard", "uninstall"]
 
 logger = logging.getLogger(__name__)
 
@@ -249,6 +249,16 @@ def _quiet(tool: Any, tool_input: dict[str, Any], config: RunnableConfig | None)
     func = tool.func
     # The question StructuredTool._run asks, through the helper it calls (memoized while `install`ed).
     if type(func) is not types.FunctionType or "callbacks" in _LANGCHAIN_PARTS.structured._signature_parameters(func):
+        return False
+    return unheard(config)
+
+
+def unheard(config: RunnableConfig | None) -> bool:
+    """Whether no callback handler would see a run started under `config`: it carries a callback manager with no
+    handlers, inheritable or not (under LangGraph the run's tracers and handlers are inherited by every node's
+    manager), LangChain debug is off, LangSmith tracing is off (environment, context, a run tree), and no configure
+    hook (a run collector, a usage callback) is active. False when it cannot tell."""
+    if _LANGCHAIN_PARTS is None or config is None:
         return False
     manager = config.get("callbacks")
     if not isinstance(manager, _LANGCHAIN_PARTS.base_callback_manager):

@@ -1,7 +1,13 @@
+import asyncio
+from typing import Any
+
 import pytest
+from langchain_core.callbacks import AsyncCallbackManager, BaseCallbackHandler, CallbackManager
+from langchain_core.tracers.context import collect_runs
 from langgraph.graph import END
 from langgraph.types import Send
 
+from reinloop._langchain import unheard
 from reinloop.graph import (
     CHECK_FINISH,
     CIRCUIT_BREAK,
@@ -12,6 +18,10 @@ from reinloop.graph import (
     route_after_validate_args,
 )
 from reinloop.state import CallCheck, act, answer, unparsable
+from reinloop.testing import tool_call
+from tests.conftest import make_agent, new_thread
+
+TASK = {"task": "add twice"}
 
 
 def check(call_id, error_kind=None, cached=None):
@@ -65,3 +75,57 @@ def test_route_after_validate_args_sends_each_valid_call_to_its_own_task():
 )
 def test_route_after_check_finish(reason, route):
     assert route_after_check_finish({"finish_reason": reason}) == route
+
+
+# routers traced exactly when something would see them ------------------------------------------------------
+
+ROUTERS = ["route_after_validate_args", "route_after_check_finish"]
+
+
+class _Runs(BaseCallbackHandler):
+    def __init__(self) -> None:
+        self.started: list[str] = []
+
+    def on_chain_start(self, serialized: Any, inputs: Any, *, name: str | None = None, **kwargs: Any) -> None:
+        self.started.append(name or "")
+
+
+def _agent():
+    return make_agent([tool_call("add", {"a": 1, "b": 2}), tool_call("add", {"a": 2, "b": 2}), "done"])[0]
+
+
+def _routed(started: list[str]) -> list[str]:
+    return [name for name in started if name in ROUTERS]
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["invoke", "ainvoke"])
+def test_a_handler_sees_every_router_run_as_langgraph_traces_it(asynchronous: bool) -> None:
+    handler = _Runs()
+    config = {**new_thread(), "callbacks": [handler]}
+    result = asyncio.run(_agent().ainvoke(TASK, config)) if asynchronous else _agent().invoke(TASK, config)
+    assert result["final_answer"] == "done"
+    # Two rounds and the answer: validate_args routes three times, check_finish three times.
+    assert _routed(handler.started) == [ROUTERS[0], ROUTERS[1]] * 3
+    quiet = {"callbacks": CallbackManager(handlers=[])}
+    assert unheard(quiet)
+    with collect_runs():  # a configure hook (a run collector) listens too
+        assert not unheard(quiet)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["invoke", "ainvoke"])
+def test_no_router_run_is_announced_when_nothing_listens(asynchronous: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    announced: list[str] = []
+    for manager in (CallbackManager, AsyncCallbackManager):
+        original = manager.on_chain_start
+
+        def on_chain_start(self: Any, serialized: Any, inputs: Any, *args: Any, _original: Any = original,
+                           **kwargs: Any) -> Any:  # fmt: skip
+            announced.append(kwargs.get("name") or "")
+            return _original(self, serialized, inputs, *args, **kwargs)
+
+        monkeypatch.setattr(manager, "on_chain_start", on_chain_start)
+    config = new_thread()
+    result = asyncio.run(_agent().ainvoke(TASK, config)) if asynchronous else _agent().invoke(TASK, config)
+    assert result["final_answer"] == "done" and result["iteration"] == 3
+    assert "decide" in announced  # LangGraph still announces its tasks
+    assert _routed(announced) == []
