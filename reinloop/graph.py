@@ -37,6 +37,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.store.base import BaseStore
 from langgraph.types import RetryPolicy, Send
+from typing_extensions import TypedDict
 
 from reinloop._langchain import unheard
 from reinloop._langgraph import CONFIG_KEY_DURABILITY, RunnableCallable
@@ -300,9 +301,8 @@ def _bound(node: Callable[..., dict[str, Any]], ctx: AgentContext) -> RunnableCa
 
 # The state keys without a reducer: writing the value such a key holds changes nothing, yet LangGraph would
 # save, stream and version the write (on Postgres a new blob of the channel, every round).
-_PLAIN_KEYS: Final = frozenset(
-    key for key, hint in get_type_hints(AgentState, include_extras=True).items() if get_origin(hint) is not Annotated
-)
+_STATE_HINTS: Final = get_type_hints(AgentState, include_extras=True)
+_PLAIN_KEYS: Final = frozenset(key for key, hint in _STATE_HINTS.items() if get_origin(hint) is not Annotated)
 _UNSET: Final = object()
 
 
@@ -333,10 +333,23 @@ def _achanges_only(node: Callable[..., Awaitable[dict[str, Any]]]) -> Callable[.
     return run
 
 
+# The state keys each router reads. LangGraph reads a router's input schema, the type of its first parameter, for
+# every call: these keys alone rather than every key of the state (tests/test_routers.py checks the routers read
+# no other).
+ROUTER_READS: Final[dict[str, tuple[str, ...]]] = {
+    "route_after_validate_args": ("correction", "decision", "checks"),
+    "route_after_check_finish": ("finish_reason",),
+}
+_ROUTER_SCHEMAS: Final[dict[str, type[Any]]] = {
+    name: TypedDict(f"{name}_reads", {key: _STATE_HINTS[key] for key in keys}, total=False)  # type: ignore[operator]
+    for name, keys in ROUTER_READS.items()
+}
+
+
 def _router(route: Callable[[AgentState], Any], edges: Mapping[Hashable, str]) -> RunnableCallable:
     """`route`, returning the label of the edge it takes (`edges` maps each label to its node; `Send`s pass
-    through), and running as it is under ainvoke/astream too: LangGraph would hand each call to a worker
-    thread."""
+    through), reading only its keys of the state (`ROUTER_READS`), and running as it is under ainvoke/astream
+    too: LangGraph would hand each call to a worker thread."""
     labels = {node: label for label, node in edges.items()}
 
     @wraps(route)
@@ -344,6 +357,7 @@ def _router(route: Callable[[AgentState], Any], edges: Mapping[Hashable, str]) -
         target = route(state)
         return labels[target] if isinstance(target, str) else target
 
+    labelled.__annotations__ = {"state": _ROUTER_SCHEMAS[route.__name__], "return": Any}
     return _Router(labelled, _on_loop(labelled), name=route.__name__)
 
 

@@ -1,4 +1,7 @@
+import ast
 import asyncio
+import inspect
+import textwrap
 from typing import Any
 
 import pytest
@@ -14,6 +17,7 @@ from reinloop.graph import (
     DECIDE,
     EXECUTE_TOOL,
     OBSERVE,
+    ROUTER_READS,
     route_after_check_finish,
     route_after_validate_args,
 )
@@ -129,3 +133,22 @@ def test_no_router_run_is_announced_when_nothing_listens(asynchronous: bool, mon
     assert result["final_answer"] == "done" and result["iteration"] == 3
     assert "decide" in announced  # LangGraph still announces its tasks
     assert _routed(announced) == []
+
+
+@pytest.mark.parametrize("route", [route_after_validate_args, route_after_check_finish], ids=lambda r: r.__name__)
+def test_each_router_reads_only_the_keys_langgraph_gives_it(route: Any) -> None:
+    # LangGraph gives a router only the keys of its input schema (ROUTER_READS): a key read beyond them would
+    # always be missing. Every use of `state` must be `state[key]` or `state.get(key)` with a declared key.
+    tree = ast.parse(textwrap.dedent(inspect.getsource(route)))
+    read, uses = set(), 0
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "state":
+            read.add(ast.literal_eval(node.slice))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+              and isinstance(node.func.value, ast.Name) and node.func.value.id == "state"):  # fmt: skip
+            read.add(ast.literal_eval(node.args[0]))
+        else:
+            continue
+        uses += 1
+    names = sum(isinstance(node, ast.Name) and node.id == "state" for node in ast.walk(tree))
+    assert uses == names and read == set(ROUTER_READS[route.__name__])
