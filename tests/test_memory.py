@@ -342,7 +342,7 @@ LINE_PIECES = ["- ", "word", " ", "  ", "\n", "\n\n", "\r\n", "\t", ".", "'s", "
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from(LINE_PIECES), min_size=60, max_size=400))
+@given(st.lists(st.sampled_from(LINE_PIECES), min_size=10, max_size=400))
 def test_a_long_text_counted_line_by_line_counts_as_a_whole(pieces: list[str]) -> None:
     counter = TokenCounter()
     text = "".join(pieces)
@@ -350,9 +350,10 @@ def test_a_long_text_counted_line_by_line_counts_as_a_whole(pieces: list[str]) -
     assert counter.text(text) == whole
 
 
-def test_a_note_that_grows_a_line_is_encoded_only_for_its_new_line(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("steps", [2, 40])
+def test_a_note_that_grows_a_line_is_encoded_only_for_its_new_line(steps: int, monkeypatch: pytest.MonkeyPatch) -> None:
     counter = TokenCounter()
-    lines = [f"- step {n}: read notes-{n}.txt and found {n * 7} lines." for n in range(40)]
+    lines = [f"- step {n}: read notes-{n}.txt and found {n * 7} lines." for n in range(steps)]
     counter.text(MEMORY_HEADER + "\n" + "\n".join(lines[:-1]))
     encoded: list[str] = []
     encode = counter.encoding.encode

