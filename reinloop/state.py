@@ -8,8 +8,6 @@ The TypedDicts are `typing_extensions.TypedDict`: LangGraph turns them into JSON
 (`get_output_jsonschema`, LangGraph Server), and pydantic refuses `typing.TypedDict` on Python < 3.12.
 """
 
-from __future__ import annotations
-
 import operator
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal, NotRequired, get_args, get_type_hints
