@@ -24,6 +24,7 @@ __all__ = [
     "CONFIG_KEY_RUNTIME",
     "CONFIG_KEY_SCRATCHPAD",
     "DELTA_COUNTERS_KEY",
+    "INTERRUPT",
     "SUPPORTED",
     "DeltaChannel",
     "DeltaSnapshot",
@@ -63,6 +64,7 @@ try:
         CONFIG_KEY_RESUMING,
         CONFIG_KEY_RUNTIME,
         CONFIG_KEY_SCRATCHPAD,
+        INTERRUPT,
     )
     from langgraph._internal._runnable import RunnableCallable
     from langgraph._internal._scratchpad import PregelScratchpad
@@ -121,6 +123,12 @@ def _check_shapes() -> None:
     _check(
         DELTA_COUNTERS_KEY in get_type_hints(CheckpointMetadata),
         f"checkpoint metadata has no {DELTA_COUNTERS_KEY!r}",
+    )
+    # `reinloop.compiled` invokes the agent in LangGraph's v2 form and gives back the v1 result (its interrupts
+    # under INTERRUPT, the key LangGraph's v1 invoke puts them under).
+    _check(
+        INTERRUPT == "__interrupt__" and all("version" in _parameters(m) for m in (Pregel.invoke, Pregel.ainvoke)),
+        "invoke no longer takes a version, or no longer gives interrupts under '__interrupt__'",
     )
     _check(
         {"builder", "schema_to_mapper"} <= set(_parameters(CompiledStateGraph))

@@ -346,3 +346,51 @@ def test_the_cli_yes_approves_every_call_and_approve_names_the_tools(server, hom
 
     help_text = cli("run", "--help", home=home).stdout
     assert "--approve TOOL" in help_text and "--yes" in help_text
+
+
+# invoke gives LangGraph's v1 result through its cheaper v2 run --------------------------------------------
+
+
+def _runs_of_a_waiting_call(box: Outbox, asynchronous: bool) -> list:
+    script = [parallel_calls([("send", {"text": "a"}), ("send", {"text": "b"})], ids=["c1", "c2"]), "done"]
+    agent, _ = agent_with(script, [box.tool], approve=["send"])
+    thread = {"configurable": {"thread_id": "same"}}
+    inputs = [{"task": "send"}, Command(resume=APPROVE), Command(resume={"action": "reject", "reason": "no"})]
+    if asynchronous:
+
+        async def run() -> list:
+            return [await agent.ainvoke(given, thread) for given in inputs]
+
+        return asyncio.run(run())
+    return [agent.invoke(given, thread) for given in inputs]
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["invoke", "ainvoke"])
+def test_invoke_returns_what_langgraph_s_v1_invoke_returns_without_mapping_updates(asynchronous, monkeypatch):
+    import langgraph.pregel._loop as loop
+
+    from reinloop import compiled
+
+    mapped: list[int] = []
+    original = loop.map_output_updates
+
+    def counted(*args, **kwargs):
+        mapped.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "map_output_updates", counted)
+    fast = _runs_of_a_waiting_call(Outbox(), asynchronous)
+    assert mapped == []  # no step's updates were mapped, only values
+    with monkeypatch.context() as langgraph_s:
+        langgraph_s.setattr(compiled._Agent, "_values_only", lambda self, kwargs: False)
+        v1 = _runs_of_a_waiting_call(Outbox(), asynchronous)
+    assert mapped  # LangGraph's v1 invoke maps every step's updates
+    assert [set(run) for run in fast] == [set(run) for run in v1]
+    for ours, theirs in zip(fast, v1, strict=True):
+        assert isinstance(ours.get("__interrupt__", []), list)
+        assert [w.value for w in ours.get("__interrupt__", [])] == [w.value for w in theirs.get("__interrupt__", [])]
+        assert {k: v for k, v in ours.items() if k not in ("__interrupt__", "messages")} == {
+            k: v for k, v in theirs.items() if k not in ("__interrupt__", "messages")
+        }
+        assert [m.content for m in ours["messages"]] == [m.content for m in theirs["messages"]]
+    assert len(fast[0]["__interrupt__"]) == 1 and fast[-1]["finish_reason"] == "answered"
