@@ -197,6 +197,10 @@ def _sqlite_path(saver: BaseCheckpointSaver[Any]) -> str | None:
     if not isinstance(saver, SqliteSaver):
         return None
     with saver.lock:
+        # The saver's own set-up first, as LangGraph would do it at the run's first read: it switches the file to
+        # WAL, which SQLite refuses at once ("database is locked", no busy wait) while another connection, the
+        # lease's of a run beside this one, holds a transaction.
+        saver.setup()
         rows = saver.conn.execute("PRAGMA database_list").fetchall()
     return _main_file(rows)
 
@@ -209,6 +213,7 @@ async def _asqlite_path(saver: BaseCheckpointSaver[Any]) -> str | None:
         return _sqlite_path(saver)
     if not isinstance(saver, AsyncSqliteSaver):
         return _sqlite_path(saver)
+    await saver.setup()  # as `_sqlite_path` does; it takes the saver's lock itself
     async with saver.lock, saver.conn.execute("PRAGMA database_list") as cursor:
         rows = await cursor.fetchall()
     return _main_file(rows)

@@ -284,3 +284,53 @@ def test_an_async_run_s_end_moves_the_sqlite_wal_into_the_database(tmp_path):
             return len([c async for c in saver.alist(thread)])
 
     assert asyncio.run(run()) > 100
+
+
+# a fresh SQLite file: the saver is set up before any lease transaction --------------------------------------
+
+
+def _agent_on(saver):
+    def respond(messages):
+        done = sum(isinstance(message, ToolMessage) for message in messages)
+        return tool_call("add", {"a": done, "b": 1}) if done < 2 else "done"
+
+    return build_agent(ScriptedChatModel(respond=respond), [add], checkpointer=saver)
+
+
+def test_concurrent_first_runs_on_a_fresh_sqlite_file_set_the_saver_up_before_any_lease(tmp_path, monkeypatch):
+    # SQLite refuses the saver's switch to WAL at once while another connection holds a transaction; before the
+    # fix, a lease taken beside a run's first read failed about half of ten concurrent first runs.
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    import reinloop.lease as lease
+
+    set_up_at_take: list[bool] = []
+    original = lease._SqliteLease.take
+    savers: list = []
+
+    def take(self):
+        set_up_at_take.append(savers[-1].is_setup)
+        return original(self)
+
+    monkeypatch.setattr(lease._SqliteLease, "take", take)
+
+    async def many() -> list[dict]:
+        async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "async.sqlite")) as saver:
+            savers.append(saver)
+            agent = _agent_on(saver)
+            return await asyncio.gather(*(agent.ainvoke({"task": "add"}, new_thread()) for _ in range(10)))
+
+    assert [result["finish_reason"] for result in asyncio.run(many())] == ["answered"] * 10
+    with SqliteSaver.from_conn_string(str(tmp_path / "sync.sqlite")) as saver:
+        savers.append(saver)
+        agent = _agent_on(saver)
+        results: list[dict] = []
+        threads = [threading.Thread(target=lambda: results.append(agent.invoke({"task": "add"}, new_thread())))
+                   for _ in range(4)]  # fmt: skip
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert [result["finish_reason"] for result in results] == ["answered"] * 4
+    assert len(set_up_at_take) == 14 and all(set_up_at_take)
