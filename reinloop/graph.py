@@ -16,6 +16,7 @@ what failed at the end of its next prompt.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from functools import partial, wraps
 from typing import (
@@ -25,6 +26,7 @@ from typing import (
     Literal,
     TypeAlias,
     TypeVar,
+    cast,
     get_origin,
     get_type_hints,
 )
@@ -40,7 +42,7 @@ from langgraph.types import RetryPolicy, Send
 from typing_extensions import TypedDict
 
 from reinloop._langchain import unheard
-from reinloop._langgraph import CONFIG_KEY_DURABILITY, RunnableCallable
+from reinloop._langgraph import CONFIG_KEY_DURABILITY, RunnableCallable, RunnableSeq, set_config_context
 from reinloop.approvals import approval_tools
 from reinloop.checkpoint import check_checkpointer
 from reinloop.compiled import RECURSION_LIMIT_TEMPLATE, UNKNOWN_THREAD_TEMPLATE, CompiledAgent, compiled_agent
@@ -223,7 +225,7 @@ def build_agent(
     )
     graph = _diagram(lambda node: _bound(node, ctx), model_retry, state_schema)
     compiled = compiled_agent(
-        graph.compile(checkpointer=checkpointer, store=store, name=name),
+        _quiet_nodes(graph.compile(checkpointer=checkpointer, store=store, name=name)),
         first_steps=steps_to_stop(config),
         thread_wait_s=config.thread_wait_s,
         guards=table,
@@ -379,6 +381,59 @@ class _Router(RunnableCallable):
         if unheard(config):
             return await self.untraced.ainvoke(input, config, **kwargs)
         return await super().ainvoke(input, config, **kwargs)
+
+
+def _quiet_nodes(graph: CompiledAgent) -> CompiledAgent:
+    """`graph` with each node run as `_QuietNode`: LangGraph builds a node's runnable once, when a task first
+    needs it, and keeps it (`PregelNode.node`); it is built here instead, in its quiet form. A copy of a node
+    (LangGraph copies none when a graph is copied) builds LangGraph's own again."""
+    for node in graph.nodes.values():
+        loud = node.node
+        if type(loud) is RunnableSeq:
+            node.node = _QuietNode(
+                *loud.steps, name=loud.name, trace_inputs=loud.trace_inputs, trace_policy=loud.trace_policy
+            )
+    return graph
+
+
+class _QuietNode(RunnableSeq):
+    """A node's runnable, its function then its channel writers (and routers), run as LangGraph runs it, a
+    traced run of its own with each step a child run, when a callback handler or tracer would see the run
+    (`reinloop._langchain.unheard`); otherwise without configuring a callback manager and announcing three runs
+    to no one, which cost each of a round's six nodes about 1% of the round. The steps get what LangGraph gives
+    them but the child callback manager: the task's config without its run name and id, the function run in a
+    copied context holding that config (``get_config()``, interrupts), the writers after it."""
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        if config is None or not unheard(config):
+            return super().invoke(input, config, **kwargs)
+        config = _step_config(config)
+        first, *writers = self.steps
+        with set_config_context(config, None) as context:
+            output = context.run(first.invoke, input, config, **kwargs)
+        for writer in writers:
+            output = writer.invoke(output, config)
+        return output
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        if config is None or not unheard(config):
+            return await super().ainvoke(input, config, **kwargs)
+        config = _step_config(config)
+        first, *writers = self.steps
+        with set_config_context(config, None) as context:
+            output = await asyncio.create_task(first.ainvoke(input, config, **kwargs), context=context)
+        for writer in writers:
+            output = await writer.ainvoke(output, config)
+        return output
+
+
+def _step_config(config: RunnableConfig) -> RunnableConfig:
+    """The config a node's steps get from the task's, as LangGraph's `patch_config` with new callbacks gives it:
+    without the run name and id, which name the node's own run."""
+    return cast(RunnableConfig, {key: value for key, value in config.items() if key not in _RUN_KEYS})
+
+
+_RUN_KEYS: Final = frozenset({"run_name", "run_id"})
 
 
 def _on_loop(function: Callable[..., T]) -> Callable[..., Awaitable[T]]:

@@ -14,10 +14,12 @@ from reinloop._langchain import unheard
 from reinloop.graph import (
     CHECK_FINISH,
     CIRCUIT_BREAK,
+    COMPRESS_MEMORY,
     DECIDE,
     EXECUTE_TOOL,
     OBSERVE,
     ROUTER_READS,
+    VALIDATE_ARGS,
     route_after_check_finish,
     route_after_validate_args,
 )
@@ -81,9 +83,10 @@ def test_route_after_check_finish(reason, route):
     assert route_after_check_finish({"finish_reason": reason}) == route
 
 
-# routers traced exactly when something would see them ------------------------------------------------------
+# nodes and routers traced exactly when something would see them ------------------------------------------
 
 ROUTERS = ["route_after_validate_args", "route_after_check_finish"]
+ROUND = [DECIDE, VALIDATE_ARGS, EXECUTE_TOOL, OBSERVE, COMPRESS_MEMORY, CHECK_FINISH]
 
 
 class _Runs(BaseCallbackHandler):
@@ -102,14 +105,19 @@ def _routed(started: list[str]) -> list[str]:
     return [name for name in started if name in ROUTERS]
 
 
+def _nodes(started: list[str]) -> list[str]:
+    return [name for name in started if name in ROUND]
+
+
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["invoke", "ainvoke"])
-def test_a_handler_sees_every_router_run_as_langgraph_traces_it(asynchronous: bool) -> None:
+def test_a_handler_sees_every_node_and_router_run_as_langgraph_traces_it(asynchronous: bool) -> None:
     handler = _Runs()
     config = {**new_thread(), "callbacks": [handler]}
     result = asyncio.run(_agent().ainvoke(TASK, config)) if asynchronous else _agent().invoke(TASK, config)
     assert result["final_answer"] == "done"
     # Two rounds and the answer: validate_args routes three times, check_finish three times.
     assert _routed(handler.started) == [ROUTERS[0], ROUTERS[1]] * 3
+    assert _nodes(handler.started) == ROUND * 2 + [DECIDE, VALIDATE_ARGS, CHECK_FINISH]
     quiet = {"callbacks": CallbackManager(handlers=[])}
     assert unheard(quiet)
     with collect_runs():  # a configure hook (a run collector) listens too
@@ -117,7 +125,9 @@ def test_a_handler_sees_every_router_run_as_langgraph_traces_it(asynchronous: bo
 
 
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["invoke", "ainvoke"])
-def test_no_router_run_is_announced_when_nothing_listens(asynchronous: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_node_or_router_run_is_announced_when_nothing_listens(
+    asynchronous: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     announced: list[str] = []
     for manager in (CallbackManager, AsyncCallbackManager):
         original = manager.on_chain_start
@@ -131,8 +141,8 @@ def test_no_router_run_is_announced_when_nothing_listens(asynchronous: bool, mon
     config = new_thread()
     result = asyncio.run(_agent().ainvoke(TASK, config)) if asynchronous else _agent().invoke(TASK, config)
     assert result["final_answer"] == "done" and result["iteration"] == 3
-    assert "decide" in announced  # LangGraph still announces its tasks
-    assert _routed(announced) == []
+    assert announced  # the graph's own run is still announced
+    assert _routed(announced) == [] and _nodes(announced) == []
 
 
 @pytest.mark.parametrize("route", [route_after_validate_args, route_after_check_finish], ids=lambda r: r.__name__)
