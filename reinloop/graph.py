@@ -399,10 +399,11 @@ def _quiet_nodes(graph: CompiledAgent) -> CompiledAgent:
 class _QuietNode(RunnableSeq):
     """A node's runnable, its function then its channel writers (and routers), run as LangGraph runs it, a
     traced run of its own with each step a child run, when a callback handler or tracer would see the run
-    (`reinloop._langchain.unheard`); otherwise without configuring a callback manager and announcing three runs
-    to no one, which cost each of a round's six nodes about 1% of the round. The steps get what LangGraph gives
-    them but the child callback manager: the task's config without its run name and id, the function run in a
-    copied context holding that config (``get_config()``, interrupts), the writers after it."""
+    (`reinloop._langchain.unheard`); otherwise without configuring a callback manager, announcing the node's run
+    and making a child manager for each step, all for no one: about 1% of a round for each of its six nodes. The
+    steps get what LangGraph gives them but the child callback manager: the task's config without its run name
+    and id, the function run in a copied context holding that config (``get_config()``, interrupts), the writers
+    after it."""
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         if config is None or not unheard(config):
