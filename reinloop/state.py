@@ -131,9 +131,12 @@ class CallCheck(TypedDict):
     attempts: int  # the most runs execute_tool may make of it, retries included; 0 when rejected
     error_kind: ErrorKind | None
     error: str | None  # feedback for the model when rejected
-    # The observation of an identical call that succeeded within loop_window, sent back (after a note) instead
+    # The observation of an identical call that succeeded within the dead-loop horizon, sent back (after a note) instead
     # of running this one. Absent or None: the call runs (error_kind None) or was rejected.
     cached: NotRequired[str | None]
+    # The result an identical call already had, kept with a call refused as a repeat, so that the repeat guards'
+    # record keeps it known while the refusals go on. Absent or None: none known.
+    known: NotRequired[str | None]
     # A person's review of a call of a tool that needs approval (`reinloop.approvals`): approved as the model
     # sent it, run with the person's arguments (`args` and `signature` are theirs), or rejected. Absent: no review.
     review: NotRequired[Literal["approved", "edited", "rejected"]]
@@ -153,7 +156,9 @@ class CallRecord(TypedDict):
     name: NotRequired[str]
     # ran and succeeded; ran and failed, or was rejected as invalid; answered from cache; refused as a repeat
     outcome: Literal["ok", "failed", "cached", "refused"]
-    result: str | None  # the observation of a success (ok or cached), for answering an identical call
+    # The observation of a success (ok or cached), or the result a refused repeat already had, for answering an
+    # identical call.
+    result: str | None
 
 
 class ToolOutcome(TypedDict):
@@ -294,16 +299,19 @@ class AgentState(TypedDict, total=False):
     calls_seen: int
     # Non-idempotent calls whose outcome is unknown after a crash, for the operator; execute_tool appends.
     in_doubt: Annotated[list[InDoubtCall], operator.add]
-    # The calls of each of the last `loop_window` decisions that called tools, and what became of them;
-    # observe appends, a new run or a resume clears.
+    # The calls of each of the last decisions that called tools (the dead-loop horizon), and what became of
+    # them; observe appends, a new run or a resume clears, a re-plan turn leaves it.
     call_window: list[list[CallRecord]]
+    # Decisions since the last real tool success whose every call was answered from what is known (an answer
+    # from cache, a refused repeat); observe counts, a real tool success, a new run or a resume clears.
+    stalled: int
     # Completed decision rounds; check_finish increments, a new task resets.
     iteration: int
     # Rounds left before max_iterations trips; check_finish counts down, None means a fresh
     # config.max_iterations (a new run, or a resume without extra_iterations).
     iterations_left: int | None
-    # Errors in a row (any kind, refused repeats included); observe increments, a real tool success resets;
-    # an answer from cache leaves it as it is.
+    # Errors since the last real tool success (any kind but refused repeats; every unreadable reply one);
+    # observe increments, a real tool success resets; an answer from cache leaves it as it is.
     consecutive_errors: int
     # One line per error of the current streak (the last `error_threshold`), for the reflection turn;
     # observe appends, a real tool success clears.
@@ -311,14 +319,17 @@ class AgentState(TypedDict, total=False):
     # consecutive_errors when the streak's reflection turn was granted, None before; check_finish sets,
     # observe clears with the streak. error_streak trips when the count grows past it.
     reflected_at: int | None
-    # Re-plan turns granted in place of an error_streak or dead_loop stop since the last real tool success
-    # (max_replans); check_finish counts, observe clears with the streak, a fresh budget resets.
+    # Re-plan turns granted in place of an error_streak or dead_loop stop in this run (max_replans);
+    # check_finish counts, a fresh budget resets.
     replans: int
     # What failed, shown to the model once at the end of the next prompt (the reflection turn);
     # check_finish sets, decide clears once a reply parses.
     reflection: str | None
     # Parse retries used on the current decision; validate_args increments, a parsed reply resets.
     parse_retries: int
+    # The replies of the latest round that could not be read (its retries' included), each an error of the
+    # streak; validate_args writes it when the round's reply is parsed or its retries are used up.
+    unreadable_replies: int
     # One circuit per tool that failed since its last success (`reinloop.guards.tool_circuit`); its guard's
     # observe writes it. Kept across runs of the thread: a tool that is down stays down until a call succeeds.
     circuits: dict[str, Circuit]

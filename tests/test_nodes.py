@@ -214,8 +214,11 @@ def test_validate_args_answers_an_identical_call_after_a_success_from_cache():
     # the latest outcome counts: a success after a failure, and a failure after a success
     assert judged([[rec("failed")], [rec("ok", "3")]])[0]["cached"] == "3"
     assert judged([[rec("ok", "3")], [rec("failed")]])[0].get("cached") is None
-    # out of the window, or a tool that opted out: the call runs
-    assert judged([[rec("ok", "3")], [], []], loop_window=3)[0].get("cached") is None
+    # beyond loop_window but within the dead-loop horizon (3 + 5 decisions): still known
+    assert judged([[rec("ok", "3")], [], [], [], []], loop_window=3)[0]["cached"] == "3"
+    # out of the horizon, or a tool that opted out: the call runs
+    no_feedback = {"repeats_after_feedback": 0, "repeats_after_cache": 0}
+    assert judged([[rec("ok", "3")], [], []], loop_window=3, **no_feedback)[0].get("cached") is None
     registry = ToolRegistry()
     registry.add(add, cacheable=False)
     assert judged([[rec("ok", "3")]], tools=registry)[0] == judged([], tools=registry)[0]
@@ -562,20 +565,26 @@ def test_check_finish_grants_a_re_plan_turn_in_place_of_an_error_streak_or_a_dea
         errors="- a(1): boom\n- b(): no",
         left="1 more re-plan is left.",
     )
-    # the streak and the repeat guards' record start afresh
-    assert (update["consecutive_errors"], update["streak_errors"], update["reflected_at"]) == (0, [], None)
-    assert update["call_window"] == []
+    # the guards keep what they know: the streak and the repeat guards' record stay as they were
+    assert not {"consecutive_errors", "streak_errors", "reflected_at", "call_window", "stalled"} & set(update)
     # the last one says the run stops next time; with none left the breaker ends the run
     update = check_finish({**state, "replans": 1}, make_context(error_threshold=3, max_replans=2))
     assert update["reflection"].endswith("If this goes on, the run stops.") and update["replans"] == 2
     update = check_finish({**state, "replans": 2}, make_context(error_threshold=3, max_replans=2))
     assert (update["finish_reason"], "reflection" in update) == ("error_streak", False)
     # a dead loop: the refused call is what it lists
-    refused = {"name": "a", "error": "Error: not run. This exact 'a' call ...", "error_kind": "repeat_after_feedback"}
+    refused = {
+        "name": "a",
+        "args": {},
+        "error": "Error: not run. This exact 'a' call ...",
+        "error_kind": "repeat_after_feedback",
+    }
     looping = {"decision": act([]), "checks": [refused], "consecutive_errors": 0}
     update = check_finish(looping, make_context(max_replans=1))
-    assert update["finish_reason"] is None and update["reflection"].startswith("Re-plan (1 of 1): you keep repeating")
-    assert "- a: Error: not run." in update["reflection"]
+    assert update["finish_reason"] is None and update["reflection"].startswith(
+        "Re-plan (1 of 1): you keep making calls"
+    )
+    assert "- a({}): Error: not run." in update["reflection"]
     assert check_finish({**looping, "replans": 1}, make_context(max_replans=1))["finish_reason"] == "dead_loop"
     # a breaker further down the table still ends the run: no re-plan on the last round
     update = check_finish({**state, "iterations_left": 1}, make_context(error_threshold=3))

@@ -169,8 +169,9 @@ def test_a_run_whose_every_reply_is_cut_runs_no_call_and_ends_as_error_streak(pr
     agent = build_agent(model, [recorder.add], config=config, checkpointer=InMemorySaver())
     result = agent.invoke({"task": "Add 1 and 2."}, new_thread())
     assert recorder.runs == [] and not [m for m in result["messages"] if isinstance(m, ToolMessage)]
-    # Each round: the cut reply, its retry (cut again), one error; the fourth error, after the reflection turn.
-    assert (result["finish_reason"], result["iteration"], len(model.calls)) == ("error_streak", 4, 8)
+    # Each round: the cut reply and its retry (cut again), two errors; the reflection turn at the second round,
+    # the stop when errors continue in the third.
+    assert (result["finish_reason"], result["iteration"], len(model.calls)) == ("error_streak", 3, 6)
     hint = model.calls[1].messages[-1]
     assert isinstance(hint, HumanMessage) and "cut off by the output limit" in hint.content
     assert "write a shorter reply" in hint.content

@@ -9,8 +9,9 @@ call every guard in use at the same places, in table order:
   the guard's state changes;
 - `trips` (check_finish): whether the guard ends the run, with its `reason`, its final message (`message`,
   `template` filled with `fields`) and the CLI's `exit_code`; a guard with `replan` may get a re-plan turn
-  instead (`AgentConfig.max_replans`), at which every guard's `replanned` clears what it holds about the
-  failed attempts; when the run goes on, `going_on` may set a turn of its own (the error streak's reflection);
+  instead (`AgentConfig.max_replans`, one budget for the run), which changes what the model is told, never
+  what the guards know; when the run goes on, `going_on` may set a turn of its own (the error streak's
+  reflection);
 - `fresh`: the values of its keys for a fresh budget (a new task on a finished thread, a resume after a break).
 
 A guard's keys are declared by its `state_schema`, a TypedDict merged into the agent's state schema (as
@@ -59,6 +60,8 @@ class Round:
     """What a round came to, for the guards' `observe`: the reply's parse error, or its calls."""
 
     parse_error: str | None = None  # the reply could not be read (and its retries were used up)
+    # The round's replies that could not be read, its parse retries' included (all of them with parse_error).
+    unreadable: int = 0
     calls: tuple[Seen, ...] = ()
     # Every outcome written this round, retried calls with their attempts.
     outcomes: tuple[ToolOutcome, ...] = field(default=())
@@ -112,10 +115,6 @@ class Guard:
     def failed_attempts(self, state: AgentState, ctx: AgentContext) -> list[str]:
         """What kept failing, one line each, for the re-plan turn that replaces its stop."""
         return []
-
-    def replanned(self, state: AgentState, ctx: AgentContext) -> dict[str, Any]:
-        """Its state changes at a re-plan turn (whichever guard's stop it replaced): forget the failed attempts."""
-        return {}
 
     def going_on(self, state: RunState, ctx: AgentContext) -> dict[str, Any]:
         """Its state changes when check_finish lets the run go on without a re-plan turn."""

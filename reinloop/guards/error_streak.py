@@ -1,12 +1,15 @@
-"""The error streak (`error_streak`): errors in a row get one reflection turn, then end the run.
+"""The error streak (`error_streak`): errors since the last real tool success get one reflection turn, then end
+the run.
 
-Every error of a round counts once (a call retried in place included), refusals of the repeat guards
-excepted (`dead_loop` counts those); a real tool success resets the streak, an answer from cache leaves it as
-it is. When the streak first reaches `error_threshold`, the run goes on with a reflection turn (with
+Every error of a round counts once (a call retried in place included), and so does every reply of the round
+that could not be read (its parse retries' included); refusals of the repeat guards are not errors
+(`dead_loop` counts those). A real tool success resets the streak, an answer from cache leaves it as it is.
+When the streak first reaches `error_threshold`, the run goes on with a reflection turn (with
 `error_reflection`): the next decision is shown what failed, one line per error; `error_streak` trips when the
-errors continue after it, or at the threshold without `error_reflection`. A re-plan turn may replace the stop
-(`AgentConfig.max_replans`); it starts the streak afresh. Its state: `consecutive_errors`, `streak_errors`,
-`reflected_at`; its settings: `error_threshold` and `error_reflection` of `AgentConfig`.
+errors continue after it, or at the threshold without `error_reflection`, and on every later round until a
+real tool success. A re-plan turn may replace the stop (`AgentConfig.max_replans`); it leaves the streak as
+it is. Its state: `consecutive_errors`, `streak_errors`, `reflected_at`; its settings: `error_threshold` and
+`error_reflection` of `AgentConfig`.
 """
 
 from __future__ import annotations
@@ -48,8 +51,9 @@ class ErrorStreak(Guard):
     def observe(self, state: AgentState, round: Round, ctx: AgentContext) -> dict[str, Any]:
         errors, reflected_at = state.get("consecutive_errors", 0), state.get("reflected_at")
         lines = list(state.get("streak_errors") or [])
-        if round.parse_error is not None:
-            errors, lines = errors + 1, [*lines, _line("your reply", f"could not be read ({round.parse_error})")]
+        if round.unreadable:
+            why = "could not be read" + (f" ({round.parse_error})" if round.parse_error is not None else "")
+            errors, lines = errors + round.unreadable, [*lines, *[_line("your reply", why)] * round.unreadable]
         for seen in round.calls:
             if seen.error_kind in REFUSALS:
                 continue  # the repeat guards' own feedback: the dead-loop escalation counts these, not the streak
@@ -89,9 +93,6 @@ class ErrorStreak(Guard):
 
     def failed_attempts(self, state: AgentState, ctx: AgentContext) -> list[str]:
         return list(state.get("streak_errors") or [])
-
-    def replanned(self, state: AgentState, ctx: AgentContext) -> dict[str, Any]:
-        return dict(self.fresh)
 
 
 def listed(errors: list[str]) -> str:

@@ -1,23 +1,28 @@
 """The repeat guards (`dead_loop`): what becomes of an identical call, given what the recent ones came to.
 
 An identical call is the same tool with the same canonical arguments (invalid arguments: as sent). The
-window is the last `loop_window` decisions that called tools, the current one included; `call_window` in
-state holds what became of each call of the earlier ones (observe records it), so a resumed run keeps it.
+dead-loop horizon (`horizon`) is the last `loop_window` + max(`repeats_after_feedback`, `repeats_after_cache`)
+decisions that called tools, the current one included; `call_window` in state holds what became of each call
+of the earlier ones (observe records it), so a resumed run keeps it, and a re-plan turn does not clear it.
 Each requested call is judged in order, by the first rule that applies:
 
 1. The model was already refused for this call more than `repeats_after_feedback` times, or answered from
-   cache for it more than `repeats_after_cache` times, within the dead-loop horizon (`horizon`): refused
+   cache for it more than `repeats_after_cache` times, within the horizon: refused
    (`repeat_after_feedback`), and `dead_loop` ends the run.
-2. Its latest outcome in the window is a success (it ran, or was answered from cache) and the tool is
+2. Its latest outcome within the horizon is a success (it ran, or was answered from cache) and the tool is
    cacheable: answered from cache, that is with the earlier observation and a note; it does not run.
-3. It is requested more than `max_repeats` times in the window (the seeds' dead-loop rule): refused with
-   feedback (`repeated_call`); it does not run.
+3. It is requested more than `max_repeats` times within the last `loop_window` decisions (the seeds'
+   dead-loop rule): refused with feedback (`repeated_call`); it does not run.
 4. Otherwise it runs, or gets its validation error.
 
-Answers from cache and refusals are the result messages of their calls; they are not tool runs. `dead_loop`
-ends the run in a round in which rule 1 refused a call (unless a re-plan turn is granted: the record of recent
-calls then starts afresh). Its state: `call_window`, which observe's hook advances; its settings: `loop_window`,
-`max_repeats`, `loop_key`, `repeats_after_feedback` and `repeats_after_cache` of `AgentConfig`.
+Answers from cache and refusals are the result messages of their calls; they are not tool runs (a refusal
+of rule 1 keeps the call's result known in the record, so the refusals cannot make it run again). A decision
+whose every call was answered from cache or refused brings nothing new: `stalled` counts such decisions in a
+row (a decision with any other outcome ends the count; an unreadable reply leaves it). `dead_loop` ends the
+run in a round in which rule 1 refused a call, or when more than `max_stalled` decisions in a row stalled,
+whatever order the repeated calls came in (unless a re-plan turn is granted; a repeat after it trips again).
+Its state: `call_window` and `stalled`, which observe's hook advances; its settings: `loop_window`,
+`max_repeats`, `loop_key`, `repeats_after_feedback`, `repeats_after_cache` and `max_stalled` of `AgentConfig`.
 
 `AgentConfig.loop_key` says what the counts of rules 1 and 3 are kept by: "call" (the default), the identical
 call as above; "tool", the tool whatever its arguments (seed 004's dead-loop rule: the same tool more than
@@ -35,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from reinloop.config import AgentConfig, LoopKey
-from reinloop.guards.base import QUOTE_CHARS, Guard, Round, called
+from reinloop.guards.base import QUOTE_CHARS, Guard, Round, Seen, called
 from reinloop.state import AgentState, CallCheck, CallRecord, ErrorKind, RunState, ToolOutcome
 from reinloop.text import counted, truncate
 from reinloop.tools.registry import ToolRegistry
@@ -45,6 +50,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CACHED_RESULT_TEMPLATE",
+    "DEAD_LOOP_REPEATS_TEMPLATE",
+    "DEAD_LOOP_STALLED_TEMPLATE",
     "DEAD_LOOP_TEMPLATE",
     "DEAD_LOOP_TOOL_TEMPLATE",
     "REFUSALS",
@@ -73,6 +80,15 @@ DEAD_LOOP_TEMPLATE = (
 DEAD_LOOP_TOOL_TEMPLATE = (
     "Error: not run. Calls of {name!r} were already {answered} {count} times in the last {window} decisions, "
     "and calling it again ends the run as a dead loop."
+)
+# Why the run stopped: rule 1 refused a call, or decisions in a row brought nothing new.
+DEAD_LOOP_REPEATS_TEMPLATE = (
+    "{repeats} kept coming after being refused more than {times_after_feedback}, or answered from cache more "
+    "than {times_after_cache}, within {horizon} decisions: {repeated}"
+)
+DEAD_LOOP_STALLED_TEMPLATE = (
+    "{count} decisions in a row brought nothing new: every call was answered from a result the agent already had, "
+    "or refused as a repeat: {repeated}"
 )
 # The feedback of rule 3 and of rule 1, by what the repeats are counted by (AgentConfig.loop_key).
 _TEMPLATES: dict[LoopKey, tuple[str, str]] = {
@@ -103,12 +119,14 @@ class RepeatCounts:
         # A window holds the current decision's place too: the earlier decisions are its last size - 1.
         for records in _earlier(window, settings.loop_window):
             for entry in records:
-                guard._count(entry)
-        # Repeats after feedback are counted over a longer window, or a dead loop could never trip once
+                guard.requests[guard._record_key(entry)] += 1
+        # Results and repeats after feedback are kept over the longer horizon: a call whose result is known is
+        # answered from cache whatever order the calls come in, and a dead loop can trip even once
         # repeats_after_feedback reaches loop_window - 1.
         tallies = {"cached": guard.cached, "refused": guard.refused}
         for records in _earlier(window, horizon(settings)):
             for entry in records:
+                guard._learn(entry)
                 if (tally := tallies.get(entry["outcome"])) is not None:
                     tally[guard._record_key(entry)] += 1
         return guard
@@ -118,10 +136,11 @@ class RepeatCounts:
         cache, or refused."""
         key, window = self._key(check["name"], check["signature"]), self.settings.loop_window
         self.requests[key] += 1
+        cached = self._cached(check)
         if (dead := self._dead_loop(check, key)) is not None:
             self.refused[key] += 1
-            return dead
-        if (cached := self._cached(check)) is not None:
+            return {**dead, "known": cached}
+        if cached is not None:
             self.cached[key] += 1
             return {**check, "cached": cached}
         if (count := self.requests[key]) > self.settings.max_repeats:
@@ -159,10 +178,12 @@ class RepeatCounts:
         name = entry.get("name")
         return self._key(name, entry["signature"]) if name is not None else entry["signature"]
 
-    def _count(self, entry: CallRecord) -> None:
+    def _learn(self, entry: CallRecord) -> None:
         signature = entry["signature"]
-        self.requests[self._record_key(entry)] += 1
-        if entry["outcome"] in ("ok", "cached"):
+        if entry["outcome"] == "refused":
+            if entry["result"] is not None:  # a refused repeat of a call whose result was known: still known
+                self.results[signature] = entry["result"]
+        elif entry["outcome"] in ("ok", "cached"):
             self.results[signature] = entry["result"]
         elif entry["outcome"] == "failed":
             self.results[signature] = None
@@ -174,7 +195,7 @@ def record(check: CallCheck, outcome: ToolOutcome | None) -> CallRecord:
     if check.get("cached") is not None:
         return CallRecord(signature=signature, name=name, outcome="cached", result=check.get("cached"))
     if check["error_kind"] in REFUSALS:
-        return CallRecord(signature=signature, name=name, outcome="refused", result=None)
+        return CallRecord(signature=signature, name=name, outcome="refused", result=check.get("known"))
     if outcome is None or outcome["error_kind"] is not None:
         return CallRecord(signature=signature, name=name, outcome="failed", result=None)
     return CallRecord(signature=signature, name=name, outcome="ok", result=outcome["content"])
@@ -202,51 +223,72 @@ class DeadLoop(Guard):
 
     name = reason = "dead_loop"
     exit_code = 5
-    template = (
-        "Stopped: a dead loop. {repeats} kept coming after being refused more than {times_after_feedback}, or "
-        "answered from cache more than {times_after_cache}, within {horizon} decisions: {repeated}"
-    )
-    replan = "you keep repeating a call that was refused:"
+    template = "Stopped: a dead loop. {why}"
+    replan = "you keep making calls whose results you already have, or that were refused:"
 
     @property
     def fresh(self) -> dict[str, Any]:
-        return {"call_window": []}
+        return {"call_window": [], "stalled": 0}
 
     def judge(self, checks: list[CallCheck], state: AgentState, ctx: AgentContext) -> list[CallCheck]:
         counts = RepeatCounts.over(state.get("call_window") or [], ctx.settings, ctx.registry)
         return [counts.judge(check) for check in checks]
 
     def observe(self, state: AgentState, round: Round, ctx: AgentContext) -> dict[str, Any]:
-        if round.parse_error is not None:
+        if round.parse_error is not None or not round.calls:
             return {}
         records = [record(seen.check, seen.outcome) for seen in round.calls]
-        return {"call_window": advance_window(state.get("call_window") or [], records, ctx.settings)}
+        stalled = state.get("stalled", 0) + 1 if all(_known(seen) for seen in round.calls) else 0
+        return {
+            "call_window": advance_window(state.get("call_window") or [], records, ctx.settings),
+            "stalled": stalled,
+        }
 
     def trips(self, state: RunState, ctx: AgentContext) -> bool:
-        # Rule 1 refused a call this round, before it ran.
-        return any(check["error_kind"] == "repeat_after_feedback" for check in state.get("checks", []))
+        # Rule 1 refused a call this round, before it ran; or decisions in a row brought nothing new.
+        return _refused_as_dead(state) or state.get("stalled", 0) > ctx.settings.max_stalled
 
     def fields(self, state: AgentState, ctx: AgentContext) -> dict[str, Any]:
         settings = ctx.settings
+        repeated = ", ".join(call_text(check) for check in state.get("checks", []) if _repeat(check))
+        if _refused_as_dead(state):
+            repeats = "Calls of the same tool" if settings.loop_key == "tool" else "The same call"
+            why = DEAD_LOOP_REPEATS_TEMPLATE.format(
+                repeats=repeats,
+                times_after_feedback=counted(settings.repeats_after_feedback, "time"),
+                times_after_cache=counted(settings.repeats_after_cache, "time"),
+                horizon=horizon(settings),
+                repeated=repeated,
+            )
+        else:
+            why = DEAD_LOOP_STALLED_TEMPLATE.format(count=state.get("stalled", 0), repeated=repeated)
         return {
+            "why": why,
             "max_repeats": settings.max_repeats,
             "loop_window": settings.loop_window,
-            "repeats_after_feedback": settings.repeats_after_feedback,
-            "times_after_feedback": counted(settings.repeats_after_feedback, "time"),
-            "repeats_after_cache": settings.repeats_after_cache,
-            "times_after_cache": counted(settings.repeats_after_cache, "time"),
             "horizon": horizon(settings),
-            "repeats": "Calls of the same tool" if settings.loop_key == "tool" else "The same call",
-            "repeated": ", ".join(
-                call_text(check) for check in state.get("checks", []) if check["error_kind"] == "repeat_after_feedback"
-            ),
+            "repeated": repeated,
         }
 
     def failed_attempts(self, state: AgentState, ctx: AgentContext) -> list[str]:
-        return [f"{check['name']}: {check['error']}" for check in state.get("checks", []) if check["error"]]
+        return [
+            f"{call_text(check)}: " + ("you already have its result" if check["error"] is None else check["error"])
+            for check in state.get("checks", [])
+            if check["error"] or check.get("cached") is not None
+        ]
 
-    def replanned(self, state: AgentState, ctx: AgentContext) -> dict[str, Any]:
-        return {"call_window": []}
+
+def _known(seen: Seen) -> bool:
+    """The call was answered from what the agent already knows: from cache, or refused as a repeat."""
+    return seen.check.get("cached") is not None or seen.error_kind in REFUSALS
+
+
+def _repeat(check: CallCheck) -> bool:
+    return check.get("cached") is not None or check["error_kind"] in REFUSALS
+
+
+def _refused_as_dead(state: AgentState) -> bool:
+    return any(check["error_kind"] == "repeat_after_feedback" for check in state.get("checks", []))
 
 
 def call_text(check: CallCheck) -> str:

@@ -2,17 +2,18 @@
 
 Reads `iteration`, `iterations_left`, `decision`, `replans` and what the guards read (`reinloop.guards`;
 LangGraph's `remaining_steps` among it). Writes `iteration`, `iterations_left` (left as it was when answered),
-`finish_reason` and `final_answer` (None unless answered), and for a re-plan turn `reflection`, `replans` and
-what the guards clear (`Guard.replanned`), or when the run goes on what the guards set (`Guard.going_on`: the
-error streak's reflection turn).
+`finish_reason` and `final_answer` (None unless answered), and for a re-plan turn `reflection` and `replans`,
+or when the run goes on what the guards set (`Guard.going_on`: the error streak's reflection turn).
 Outcomes: answered; else the first guard in table order that trips: dead_loop (a call the model kept
-repeating after it was answered from cache or refused was refused this round, before it ran); error_streak
-(the errors continued after the reflection turn); token_budget; max_tool_attempts; a guard of your own;
-max_iterations; step_limit (the steps left under this invocation's recursion limit cannot hold another round
-and a circuit break). The stop of a guard with a `replan` (dead_loop, error_streak) is replaced by a re-plan
-turn while `max_replans` allows: the next decision is shown what kept failing, and the guards forget the
-failed attempts; a later guard (the budgets) may still end the run in the same round. Or the run goes on
-(`finish_reason` None). When the run ends, the middleware's after_agent hooks run (`reinloop.middleware`).
+repeating after it was answered from cache or refused was refused this round, before it ran, or too many
+decisions made no progress); error_streak (the errors continued after the reflection turn); token_budget;
+max_tool_attempts; a guard of your own; max_iterations; step_limit (the steps left under this invocation's
+recursion limit cannot hold another round and a circuit break). The stop of a guard with a `replan`
+(dead_loop, error_streak; both, when both trip) is replaced by one re-plan turn while the run's `max_replans`
+allow: the next decision is shown what kept failing (for the first of them); the guards keep what they know,
+so the stop trips again on the next round that brings no real tool success; a later guard (the budgets) may
+still end the run in the same round. Or the run goes on (`finish_reason` None). When the run ends, the
+middleware's after_agent hooks run (`reinloop.middleware`).
 """
 
 from __future__ import annotations
@@ -64,19 +65,20 @@ def _check_finish(state: RunState, ctx: AgentContext) -> dict[str, Any]:
             "finish_reason": "answered",
         }
     after = cast(RunState, {**state, **counted})
-    replan: Guard | None = None  # the guard whose stop a re-plan turn replaces, if one does
+    replaced: list[Guard] = []  # the guards whose stops one re-plan turn replaces, if any
+    can_replan = state.get("replans", 0) < ctx.settings.max_replans
     reason = None
     for guard in ctx.guards:
         if guard.reason is None or not guard.trips(after, ctx):
             continue
-        if guard.replan is not None and replan is None and state.get("replans", 0) < ctx.settings.max_replans:
-            replan = guard  # and a later guard (the budgets) may still end the run
+        if guard.replan is not None and can_replan:
+            replaced.append(guard)  # and a later guard (the budgets) may still end the run
             continue
         reason = guard.reason
         break
     update = {**counted, "finish_reason": reason, "final_answer": None}
-    if reason is None and replan is not None:
-        update.update(_replan(state, replan, ctx))
+    if reason is None and replaced:
+        update.update(_replan(state, replaced[0], ctx))
     elif reason is None:
         for guard in ctx.guards:
             update.update(guard.going_on(state, ctx))
@@ -84,14 +86,12 @@ def _check_finish(state: RunState, ctx: AgentContext) -> dict[str, Any]:
 
 
 def _replan(state: RunState, stop: Guard, ctx: AgentContext) -> dict[str, Any]:
-    """A re-plan turn in place of the `stop` guard's: the next decision is shown what kept failing, and every
-    guard forgets the failed attempts (the error streak, the repeat guards' record of recent calls)."""
+    """A re-plan turn in place of the `stop` guard's: the next decision is shown what kept failing. The guards
+    keep what they know: an answer from cache stays one, and the stop trips again unless the next round brings
+    a real tool success."""
     replan, replans = state.get("replans", 0) + 1, ctx.settings.max_replans
     more = replans - replan
     left = f"{more} more re-plan{'s are' if more > 1 else ' is'} left." if more else "If this goes on, the run stops."
     errors = listed(stop.failed_attempts(state, ctx))
     text = REPLAN_TEMPLATE.format(replan=replan, replans=replans, what=stop.replan, errors=errors, left=left)
-    update: dict[str, Any] = {}
-    for guard in ctx.guards:
-        update.update(guard.replanned(state, ctx))
-    return {**update, "reflection": text, "replans": replan}
+    return {"reflection": text, "replans": replan}

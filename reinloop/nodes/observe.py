@@ -1,11 +1,11 @@
 """observe: turn this round's checks and outcomes into observations for the model, and show them to the guards.
 
-Reads `decision`, `checks`, `tool_results`, `replans` and what the guards read. Writes `messages` (exactly one
-`ToolMessage` per requested call, in the order requested, rejected calls and answers from cache included,
-each outcome as execute_tool stored it, tool output already cut; or one note when the reply could not be
-parsed), `replans` (cleared by a real tool success: the next streak gets its own re-plan turns), and what each
-guard's `observe` hook writes for the round (`reinloop.guards`): the error streak, the repeat guards' record
-of recent calls (`call_window`), the tools' circuits, the run's tool attempts.
+Reads `decision`, `checks`, `tool_results`, `unreadable_replies` and what the guards read. Writes `messages`
+(exactly one `ToolMessage` per requested call, in the order requested, rejected calls and answers from cache
+included, each outcome as execute_tool stored it, tool output already cut; or one note when the reply could
+not be parsed), and what each guard's `observe` hook writes for the round (`reinloop.guards`): the error
+streak, the repeat guards' record of recent calls (`call_window`) and stalled decisions, the tools' circuits,
+the run's tool attempts.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ def observe(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
     decision = state["decision"]
     if decision["kind"] == "unparsable":
         note = PARSE_FAILED_TEMPLATE.format(error=decision["error"], expected=ctx.protocol.expected_format)
-        return {"messages": [error_note(note)], **_guarded(state, Round(parse_error=decision["error"]), ctx)}
+        round = Round(parse_error=decision["error"], unreadable=max(state.get("unreadable_replies", 1), 1))
+        return {"messages": [error_note(note)], **_guarded(state, round, ctx)}
     results = state.get("tool_results", [])
     outcomes = {outcome["call_id"]: outcome for outcome in results}
     messages: list[BaseMessage] = []
@@ -44,15 +45,13 @@ def observe(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
             ToolMessage(content, tool_call_id=check["call_id"], name=check["name"], status=status, artifact=artifact)
         )
         seen.append(Seen(check, outcome, content, error_kind))
-    update = _guarded(state, Round(calls=tuple(seen), outcomes=tuple(results)), ctx)
-    if any(call.ran_ok for call in seen):
-        update["replans"] = 0
-    return {"messages": messages, **update}
+    round = Round(calls=tuple(seen), outcomes=tuple(results), unreadable=state.get("unreadable_replies", 0))
+    return {"messages": messages, **_guarded(state, round, ctx)}
 
 
 def _guarded(state: AgentState, round: Round, ctx: AgentContext) -> dict[str, Any]:
     """What the guards write after `round`."""
-    update: dict[str, Any] = {"replans": state.get("replans", 0)}
+    update: dict[str, Any] = {}
     for guard in ctx.guards:
         update.update(guard.observe(state, round, ctx))
     return update

@@ -2,7 +2,8 @@
 
 Reads `decision`, `parse_retries`, `calls_seen`, `messages` (the model's thought, for a person reviewing a
 call) and what the guards read. Writes `checks` (each with its idempotency key and the attempts it may have),
-`calls_seen`, `parse_retries`, `correction`, and resets `tool_results`. Outcomes: a correction hint for a
+`calls_seen`, `parse_retries`, `unreadable_replies` (once the round's reply is read or given up on),
+`correction`, and resets `tool_results`. Outcomes: a correction hint for a
 retry of an unparsable reply; exhausted retries (observe reports the parse error); a final answer or a
 middleware's stop; and for tool calls one `CallCheck` each: answered by a middleware hook (`blocked`),
 rejected as an unknown tool or invalid arguments, else ready to run with `tool_attempts` attempts if its tool
@@ -51,15 +52,16 @@ INVALID_ARGS_TEMPLATE = "Error: invalid arguments for {name!r}: {problems}. Expe
 def validate_args(state: AgentState, ctx: AgentContext, config: RunnableConfig) -> dict[str, Any]:
     decision = state["decision"]
     update: dict[str, Any] = {"tool_results": Overwrite([]), "checks": [], "correction": None}
+    retries = state.get("parse_retries", 0)
     if decision["kind"] == "unparsable":
-        retries = state.get("parse_retries", 0)
         if retries < ctx.settings.max_parse_retries:
             update["parse_retries"] = retries + 1
             update["correction"] = _correction(decision, ctx)
         else:
-            update["parse_retries"] = 0
+            update["parse_retries"], update["unreadable_replies"] = 0, retries + 1
         return update
-    update["parse_retries"] = 0
+    # The round's earlier replies could not be read: each is an error of the streak, retried or not.
+    update["parse_retries"], update["unreadable_replies"] = 0, retries
     if decision["kind"] == "act":
         seen = state.get("calls_seen", 0)
         thread_id = (config.get("configurable") or {}).get("thread_id")
