@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
 
+from reinloop.bounds import WorstCase, worst_case
 from reinloop.errors import ConfigurationError
 from reinloop.tools.execution import MAX_TIMEOUT_S, wait_problem
 
@@ -63,8 +64,9 @@ class AgentConfig(BaseModel):
         3,
         ge=1,
         description=(
-            "Consecutive errors of any kind (refused repeats included) that end the run as error_streak; a real "
-            "tool success resets the count. With error_reflection, reaching it first grants one reflection turn."
+            "Errors since the last real tool success (any kind but refused repeats; every reply that could not "
+            "be read is one, its parse retries' included) that end the run as error_streak. With "
+            "error_reflection, reaching it first grants one reflection turn."
         ),
     )
     error_reflection: bool = Field(
@@ -79,10 +81,10 @@ class AgentConfig(BaseModel):
         2,
         ge=0,
         description=(
-            "Re-plan turns a run may get in place of an error_streak or dead_loop stop, between two real tool "
-            "successes: the next decision is shown what kept failing and asked for a new plan, the error streak "
-            "and the repeat guards' record start afresh, and the run stops only when one of them trips again "
-            "after the last re-plan. 0: they stop the run at once."
+            "Re-plan turns a whole run may get in place of an error_streak or dead_loop stop: the next decision "
+            "is shown what kept failing and asked for a new plan. The guards keep what they know (a call whose "
+            "result is known is still not run again), so each re-plan buys one round, and the stop comes when "
+            "they are used up. 0: the guards stop the run at once."
         ),
     )
     max_parse_retries: int = Field(
@@ -95,8 +97,10 @@ class AgentConfig(BaseModel):
         3,
         ge=1,
         description=(
-            "Decisions (the current one included) searched for identical calls (same tool, canonical "
-            "arguments): an identical call after a success in it is answered from cache, not run."
+            "Decisions (the current one included) in which identical calls (same tool, canonical arguments) are "
+            "counted for max_repeats. An identical call whose latest outcome within the dead-loop horizon "
+            "(loop_window + the larger of repeats_after_feedback and repeats_after_cache decisions) is a success "
+            "is answered from cache, not run."
         ),
     )
     max_repeats: int = Field(
@@ -132,6 +136,14 @@ class AgentConfig(BaseModel):
             "from cache; one more ends the run as dead_loop."
         ),
     )
+    max_stalled: int = Field(
+        2,
+        ge=0,
+        description=(
+            "Decisions in a row allowed to bring nothing new: every call answered from cache or refused as a "
+            "repeat. One more ends the run as dead_loop, whatever order the repeated calls come in."
+        ),
+    )
     tool_timeout_s: float = Field(
         30.0, gt=0, description="Hard wall-clock limit of one tool call; each retry gets it afresh."
     )
@@ -140,9 +152,11 @@ class AgentConfig(BaseModel):
         ge=1,
         description=(
             "Attempts of one tool call, the first included, when it raises or times out; 1 turns retries "
-            "off. Retries run in place, without a model call, and only for retryable tools (by default the "
-            "idempotent ones). One call with all its retries takes at most tool_attempts * tool_timeout_s "
-            "plus (tool_attempts - 1) * tool_backoff_max_s."
+            "off. Retries run in place, without a model call, and only for tools declared safe to repeat "
+            "(retryable or idempotent declared True, an MCP readOnlyHint or idempotentHint); any other tool's "
+            "call runs once, and its timeout or lost connection is reported to the model as in doubt. One call "
+            "with all its retries takes at most tool_attempts * tool_timeout_s plus (tool_attempts - 1) * "
+            "tool_backoff_max_s."
         ),
     )
     tool_backoff_s: float = Field(
@@ -242,6 +256,11 @@ class AgentConfig(BaseModel):
     @classmethod
     def _waitable_backoff(cls, seconds: float) -> float:
         return _waitable(seconds, MAX_BACKOFF_S)
+
+    def worst_case(self) -> WorstCase:
+        """The most rounds, decisions, tool runs and tokens each runaway model spends before its guard's stop,
+        under these settings and the built-in guards (`reinloop.bounds`); ``print(config.worst_case())``."""
+        return worst_case(self)
 
     def __init__(self, **values: object) -> None:
         try:

@@ -148,41 +148,46 @@ def test_error_streak_trips_when_errors_continue_after_the_reflection_turn():
 
 
 def test_re_plan_turns_come_in_place_of_the_error_streak_then_it_trips():
-    # errors only: a reflection at 3, a re-plan at 4 (the streak starts afresh), again, then error_streak
+    # errors only: a reflection at 3, a re-plan at 4 and at 5 (the streak goes on counting), then error_streak
     script = [tool_call("nope", {"n": n}) for n in range(12)]
     agent, model = make_agent(script, error_threshold=3, max_replans=2, loop_window=1)
     result = agent.invoke({"task": "t"}, THREAD)
-    assert (result["finish_reason"], result["iteration"], model.remaining) == ("error_streak", 12, 0)
+    assert (result["finish_reason"], result["iteration"], model.remaining) == ("error_streak", 6, 6)
     turns = [(n, call.messages[-1].text.split(":")[0]) for n, call in enumerate(model.calls) if n]
     turns = [(n, first) for n, first in turns if not first.startswith("Error")]
-    reflect = "Your last 3 attempts failed"
-    assert turns == [(3, reflect), (4, "Re-plan (1 of 2)"), (7, reflect), (8, "Re-plan (2 of 2)"), (11, reflect)]
+    assert turns == [(3, "Your last 3 attempts failed"), (4, "Re-plan (1 of 2)"), (5, "Re-plan (2 of 2)")]
     assert model.calls[4].messages[-1].text.endswith("1 more re-plan is left.")
-    replan = next(call.messages[-1].text for call in model.calls if call.messages[-1].text.startswith("Re-plan (2"))
+    replan = model.calls[5].messages[-1].text
     assert replan.endswith("If this goes on, the run stops.") and "- nope(" in replan
-    assert result["replans"] == 2 and "4 errors in a row" in result["messages"][-1].content
+    assert result["replans"] == 2 and "6 errors in a row" in result["messages"][-1].content
 
 
-def test_a_model_that_recovers_after_a_re_plan_answers_and_a_success_gives_the_next_streak_its_own():
+def test_re_plans_come_out_of_one_budget_for_the_run_a_success_between_streaks_gives_no_new_ones():
     fetch, runs = counting_tool()
     script = [tool_call("nope", {"n": n}) for n in range(4)] + [tool_call("fetch", {"page": 1})]
     script += [tool_call("nope", {"n": n}) for n in range(4, 8)] + ["done"]
     agent, model = make_agent(script, tools=[fetch], error_threshold=3, max_replans=1, loop_window=1)
     result = agent.invoke({"task": "t"}, THREAD)
-    assert (result["finish_reason"], result["final_answer"], runs) == ("answered", "done", [1])
+    # the success after the re-plan ended the first streak; the second one stops at its first trip
+    assert (result["finish_reason"], result["iteration"], runs, model.remaining) == ("error_streak", 9, [1], 1)
     replans = [n for n, call in enumerate(model.calls) if call.messages[-1].text.startswith("Re-plan (1 of 1)")]
-    assert replans == [4, 9]  # one per streak: the success in between gave the second streak its own
+    assert replans == [4]
 
 
-def test_a_re_plan_in_place_of_a_dead_loop_lets_the_refused_call_run_again():
+def test_a_re_plan_in_place_of_a_dead_loop_never_lets_the_known_call_run_again():
     fetch, runs = counting_tool()
     script = [tool_call("fetch", {"page": 1})] * 5 + ["done"]
     agent, model = make_agent(script, tools=[fetch], repeats_after_cache=1, repeats_after_feedback=0, max_replans=1)
     result = agent.invoke({"task": "t"}, THREAD)
-    assert (result["finish_reason"], result["final_answer"]) == ("answered", "done")
+    assert (result["finish_reason"], result["iteration"], runs) == ("dead_loop", 5, [1])
     replan = next(n for n, call in enumerate(model.calls) if call.messages[-1].text.startswith("Re-plan (1 of 1)"))
-    assert "you keep repeating a call that was refused" in model.calls[replan].messages[-1].text
-    assert runs == [1, 1]  # the repeat guards' record started afresh: the call ran once more
+    assert replan == 4 and "you keep making calls whose results you already have" in model.calls[4].messages[-1].text
+    # a model that takes the re-plan and answers ends well
+    fetch, runs = counting_tool()
+    script = [tool_call("fetch", {"page": 1})] * 4 + ["done"]
+    agent, model = make_agent(script, tools=[fetch], repeats_after_cache=1, repeats_after_feedback=0, max_replans=1)
+    result = agent.invoke({"task": "t"}, THREAD)
+    assert (result["finish_reason"], result["final_answer"], runs) == ("answered", "done", [1])
 
 
 def test_without_error_reflection_the_streak_trips_at_the_threshold():
@@ -303,6 +308,7 @@ def test_dead_loop_trips_only_after_the_allowed_repeats_answered_from_cache(repe
         repeats_after_feedback=0,
         loop_window=5,
         max_replans=0,
+        max_stalled=10,  # the rule under test trips first
     )
     result = agent.invoke({"task": "t"}, THREAD)
     assert (result["finish_reason"], result["iteration"], runs) == ("dead_loop", calls + 1, [1])
@@ -395,6 +401,7 @@ def test_every_escalation_stays_within_the_iteration_and_token_budgets(looping, 
     rounds = itertools.count()
     model = ScriptedChatModel(respond=lambda messages: LOOPING_MODELS[looping](next(rounds)), max_calls=40)
     never = {"repeats_after_feedback": 1_000, "repeats_after_cache": 1_000, "error_threshold": 1_000}
+    never["max_stalled"] = 1_000
     limits = {**never, "max_iterations": 30, **budget}
     summarizer = ScriptedChatModel(respond=lambda messages: "earlier steps")
     agent = build_agent(model, [add, explode], config=AgentConfig(**limits), summary_model=summarizer)
