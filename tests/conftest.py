@@ -49,6 +49,10 @@ def explode(reason: str) -> str:
     return str(1 / 0)
 
 
+# It has no effect: declared safe to repeat, so that its failures are retried in place.
+explode.metadata = {"reinloop": {"retryable": True}}
+
+
 class Gate:
     """A tool that blocks until released: a hung tool that the test frees at teardown."""
 

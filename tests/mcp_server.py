@@ -2,7 +2,8 @@
 
 Its tools cover what an MCP client meets: typed arguments (`add`), a tool that raises (`fail`), a slow one
 (`slow`), an image result (`image`), and the server's process id (`pid`), by which a test tells whether calls
-share one server process.
+share one server process. `stall` and `stall_idempotent` (annotated `idempotentHint`) append a line to a ledger
+file, their effect, then sleep: a test counts the lines to see how often the server ran them.
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+from pathlib import Path
 
 from mcp.server.fastmcp import FastMCP, Image
+from mcp.types import ToolAnnotations
 
 # A 1x1 transparent PNG.
 PNG = base64.b64decode(
@@ -39,6 +42,25 @@ async def slow(seconds: float) -> str:
     # Awaited, so the server answers other calls meanwhile, as one whose call was abandoned must.
     await asyncio.sleep(seconds)
     return f"slept {seconds:g} s"
+
+
+async def _record_and_sleep(ledger: str, seconds: float) -> str:
+    with Path(ledger).open("a") as file:
+        file.write(f"{os.getpid()}\n")
+    await asyncio.sleep(seconds)
+    return f"recorded, then slept {seconds:g} s"
+
+
+@server.tool()
+async def stall(ledger: str, seconds: float) -> str:
+    """Append a line to the ledger file, then sleep for some seconds."""
+    return await _record_and_sleep(ledger, seconds)
+
+
+@server.tool(annotations=ToolAnnotations(idempotentHint=True))
+async def stall_idempotent(ledger: str, seconds: float) -> str:
+    """Append a line to the ledger file, then sleep for some seconds; declared safe to repeat."""
+    return await _record_and_sleep(ledger, seconds)
 
 
 @server.tool()

@@ -86,7 +86,7 @@ def numbered_ids(text: str) -> str:
 
 
 class Flaky:
-    """A tool that raises its first `failures` calls, then answers."""
+    """A tool that raises its first `failures` calls, then answers; a fetch, declared safe to repeat."""
 
     def __init__(self, failures: int) -> None:
         self.calls = 0
@@ -99,6 +99,7 @@ class Flaky:
                 raise ConnectionError(f"service unavailable (call {self.calls})")
             return f"page for {query}"
 
+        fetch.metadata = {"reinloop": {"retryable": True}}
         self.tool = fetch
 
 
@@ -369,6 +370,7 @@ def test_an_async_tool_past_its_deadline_is_a_timeout_and_is_cancelled():
             raise
         return "impossible"
 
+    never_ends.metadata = {"reinloop": {"retryable": True}}  # waiting has no effect: safe to repeat
     model = ScriptedChatModel(replies=[tool_call("never_ends", {"x": 1}), "gave up"])
     agent = build_agent(model, [never_ends], config=AgentConfig(tool_timeout_s=0.1))
 

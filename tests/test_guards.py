@@ -149,7 +149,7 @@ def test_a_guard_table_that_cannot_work_is_refused_at_build_time(guards, problem
 
 
 class Backend:
-    """A tool that fails while `down`, counting its runs."""
+    """A tool that fails while `down`, counting its runs; a fetch, declared safe to repeat."""
 
     def __init__(self) -> None:
         self.runs = 0
@@ -163,6 +163,7 @@ class Backend:
                 raise ConnectionError("backend unavailable")
             return f"page for {query}"
 
+        fetch.metadata = {"reinloop": {"retryable": True}}
         self.tool = fetch
 
 

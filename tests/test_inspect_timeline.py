@@ -118,6 +118,7 @@ def test_a_tool_retried_in_place_is_an_event():
             raise failure
         return text
 
+    flaky.metadata = {"reinloop": {"retryable": True}}  # an echo: safe to repeat
     agent = agent_with([tool_call("flaky", {"text": "hi"}), "done"], tools=[flaky], tool_backoff_s=0)
     agent.invoke({"task": "flaky"}, {"configurable": {"thread_id": "t"}})
     first = next(r for r in timeline(history(agent)).rounds if r.number == 1)

@@ -29,7 +29,7 @@ from reinloop import AgentConfig, ConfigurationError, build_agent
 from reinloop import server as served
 from reinloop.models import ChosenModel
 from reinloop.testing import ScriptedChatModel, tool_call
-from reinloop.tools import is_async_tool
+from reinloop.tools import ToolRegistry, is_async_tool
 from tests.openai_server import ScriptedOpenAIServer
 from tests.test_cli import REINLOOP, cli, environment, run_args
 
@@ -213,7 +213,17 @@ def test_timeouts_must_be_positive_and_waitable(setting: str) -> None:
 
 
 def test_the_tools_keep_the_servers_names_schemas_and_metadata(tools: dict[str, MCPTool]) -> None:
-    assert set(tools) == {"add", "fail", "slow", "image", "pid", "get_current_time", "convert_time"}
+    assert set(tools) == {
+        "add",
+        "fail",
+        "slow",
+        "stall",
+        "stall_idempotent",
+        "image",
+        "pid",
+        "get_current_time",
+        "convert_time",
+    }
     add = tools["add"]
     assert add.description == "Add two integers."
     assert add.args_schema == {
@@ -348,6 +358,40 @@ def test_a_slow_tool_hits_the_tool_timeout_and_the_run_goes_on(tools: dict[str, 
     assert "'slow' gave no result within 0.5 s" in slow and add == "3" and "within 0.5 s" in slow_again
     # The server answered add while the abandoned call still slept; the last timeout counts for the streak.
     assert (result["finish_reason"], result["consecutive_errors"]) == ("answered", 1)
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+@pytest.mark.parametrize(
+    ("name", "runs", "told"),
+    [
+        ("stall", 1, "Error: 'stall' gave no result within 0.5 s, so this call may or may not have had its effect."),
+        ("stall_idempotent", 3, "Error: 'stall_idempotent' gave no result within 0.5 s (3 attempts)."),
+    ],
+    ids=["unannotated-runs-once-in-doubt", "annotated-idempotent-retried"],
+)
+def test_a_stalled_mcp_tool_runs_once_in_doubt_unless_annotated_idempotent(
+    tools: dict[str, MCPTool], tmp_path: Path, mode: str, name: str, runs: int, told: str
+) -> None:
+    ledger = tmp_path / "ledger"
+    model = ScriptedChatModel(replies=[tool_call(name, {"ledger": str(ledger), "seconds": 3}), "done"])
+    settings = AgentConfig(tool_timeout_s=0.5, tool_backoff_s=0.0, tool_attempts=3)
+    agent = build_agent(model, list(tools.values()), config=settings)
+    result = agent.invoke({"task": "t"}) if mode == "invoke" else asyncio.run(agent.ainvoke({"task": "t"}))
+    # Each run on the server appends its line before it stalls.
+    assert len(ledger.read_text().splitlines()) == runs and result["tool_attempts"] == runs
+    (seen,) = observations(model)
+    assert seen.startswith(told)
+    assert ("check whether it took effect" in seen) is (runs == 1)
+    assert (result["finish_reason"], result["final_answer"]) == ("answered", "done")
+
+
+def test_mcp_tools_are_retryable_only_when_annotated_read_only_or_idempotent(tools: dict[str, MCPTool]) -> None:
+    registry = ToolRegistry(tools.values())
+    retryable = {entry.name for entry in registry if entry.retryable}
+    # get_current_time and convert_time: mcp-server-time annotates them readOnlyHint.
+    assert retryable == {"stall_idempotent", "get_current_time", "convert_time"}
+    # Whether a call in flight at a crash runs again is as before: idempotent unless declared otherwise.
+    assert all(entry.idempotent for entry in registry)
 
 
 # failures and closing -------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Transient tool failures are retried in place: an exception (not a ToolException) or a timeout runs the call
-again after a tenacity backoff, up to `tool_attempts`, without a model call; non-retryable tools, empty results and
-rejected calls run once; the model sees only the last failure; `max_tool_attempts` bounds a whole run."""
+again after a tenacity backoff, up to `tool_attempts`, without a model call; tools not declared safe to repeat
+(their timeouts and lost connections reported in doubt), empty results and rejected calls run once; the model sees
+only the last failure; `max_tool_attempts` bounds a whole run."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pydantic import BaseModel
 
 from reinloop import AgentConfig, ConfigurationError, build_agent, idempotency_key, resume
 from reinloop.nodes import execute_tool, validate_args
+from reinloop.nodes.execute_tool import IN_DOUBT_TEMPLATE
 from reinloop.state import CallCheck, act
 from reinloop.testing import ScriptedChatModel, parallel_calls, tool_call
 from reinloop.tools import ToolRegistry
@@ -37,7 +39,7 @@ def waits(monkeypatch) -> list[float]:
 
 class Flaky:
     """A tool that raises its first `failures` calls (each naming its number), then answers; it records the
-    idempotency key of every call."""
+    idempotency key of every call. A fetch, declared safe to repeat (idempotent), so it may be retried."""
 
     def __init__(self, failures: int, *, name: str = "fetch") -> None:
         self.calls = 0
@@ -52,6 +54,7 @@ class Flaky:
             return f"page for {query}"
 
         self.tool = tool(name)(fetch)
+        self.tool.metadata = {"reinloop": {"idempotent": True}}
 
 
 def agent_with(
@@ -112,8 +115,9 @@ def test_one_attempt_means_no_retry_and_no_note():
         lambda reg, t: reg.add(t, retryable=False),
         lambda reg, t: reg.add(t, idempotent=False),
         lambda reg, t: reg.add(t.model_copy(update={"metadata": {"reinloop": {"retryable": False}}})),
+        lambda reg, t: reg.add(t.model_copy(update={"metadata": None})),
     ],
-    ids=["retryable-false", "not-idempotent", "declared-in-metadata"],
+    ids=["retryable-false", "not-idempotent", "declared-in-metadata", "undeclared"],
 )
 def test_a_tool_that_is_not_retryable_is_tried_once(register):
     flaky = Flaky(failures=1)
@@ -164,7 +168,9 @@ def test_a_timeout_is_retried_with_the_full_timeout_each_time(gate):
             gate.released.wait(60)
         return f"answer to {query}"
 
-    agent, model = agent_with([slow_once], [tool_call("slow_once", {"query": "q"}), "done"], tool_timeout_s=0.3)
+    registry = ToolRegistry()
+    registry.add(slow_once, retryable=True)
+    agent, model = agent_with(registry, [tool_call("slow_once", {"query": "q"}), "done"], tool_timeout_s=0.3)
     result = agent.invoke({"task": "t"})
     (message,) = tool_messages(result)
     assert (message.status, message.content) == ("success", "answer to q")
@@ -173,9 +179,64 @@ def test_a_timeout_is_retried_with_the_full_timeout_each_time(gate):
 
 
 def test_a_tool_that_always_times_out_reports_its_attempts(gate):
-    agent, _ = agent_with([gate.tool], [tool_call("hang", {"seconds": 1}), "done"], tool_timeout_s=0.1)
+    registry = ToolRegistry()
+    registry.add(gate.tool, retryable=True)
+    agent, _ = agent_with(registry, [tool_call("hang", {"seconds": 1}), "done"], tool_timeout_s=0.1)
     (message,) = tool_messages(agent.invoke({"task": "t"}))
     assert message.content.startswith("Error: 'hang' gave no result within 0.1 s (3 attempts).")
+
+
+def test_a_timeout_of_a_tool_not_declared_safe_to_repeat_is_run_once_and_reported_in_doubt(gate):
+    agent, _ = agent_with([gate.tool], [tool_call("hang", {"seconds": 1}), "done"], tool_timeout_s=0.1)
+    result = agent.invoke({"task": "t"})
+    (message,) = tool_messages(result)
+    assert message.content == IN_DOUBT_TEMPLATE.format(name="hang", failure="gave no result within 0.1 s")
+    assert result["tool_attempts"] == 1
+
+
+@tool
+def drops(text: str) -> str:
+    """Send a text to a service whose connection drops."""
+    raise ConnectionResetError("connection reset by peer")
+
+
+@tool
+def refused(text: str) -> str:
+    """Send a text to a service that is down."""
+    raise ConnectionRefusedError("connection refused")
+
+
+@tool
+def broken(text: str) -> str:
+    """Send a text with a bug before anything is sent."""
+    raise ValueError("bad text")
+
+
+@pytest.mark.parametrize(
+    ("tool_obj", "in_doubt"),
+    [(drops, True), (refused, False), (broken, False)],
+    ids=["lost-connection-in-doubt", "refused-connection-never-reached", "other-exception-plain-error"],
+)
+def test_only_a_lost_connection_of_a_tool_not_declared_safe_to_repeat_is_reported_in_doubt(tool_obj, in_doubt):
+    ctx = make_context(tools=[tool_obj], **NO_WAIT)
+    check = CallCheck(
+        call_id="c1",
+        name=tool_obj.name,
+        args={"text": "x"},
+        signature="",
+        key="k",
+        attempts=1,
+        error_kind=None,
+        error=None,
+    )
+    (outcome,) = execute_tool(check, ctx, {})["tool_results"]
+    # The guards see the kind they always saw: the doubt is in the words.
+    assert (outcome["error_kind"], outcome["attempts"]) == ("tool_error", 1)
+    assert ("may or may not have had its effect" in outcome["content"]) is in_doubt
+    if in_doubt:
+        assert outcome["content"].startswith(
+            "Error: 'drops' failed without an answer: ConnectionResetError: connection reset by peer, so this call"
+        )
 
 
 # Process isolation: the tool counts its runs in a file, since each run may be in another worker -------------
@@ -206,7 +267,7 @@ class Counted(BaseTool):
 @pytest.mark.parametrize("hang", [False, True], ids=["raises", "hangs"])
 def test_a_process_isolated_tool_is_retried_in_a_worker_killed_at_each_deadline(tmp_path, hang):
     registry = ToolRegistry()
-    registry.add(Counted(), isolation="process", timeout_s=1.0)
+    registry.add(Counted(), isolation="process", timeout_s=1.0, retryable=True)
     ctx = make_context(tools=registry, **NO_WAIT)
     args = {"counter": str(tmp_path / "runs"), "fail": 2, "hang": hang}
     check = CallCheck(
@@ -340,11 +401,53 @@ def test_execute_tool_records_its_attempts():
 # Configuration ----------------------------------------------------------------------------------------------
 
 
-def test_retryable_follows_idempotent_unless_declared():
+@pytest.mark.parametrize(
+    ("metadata", "kwargs", "expected"),
+    [
+        (None, {}, (True, False)),
+        ({"reinloop": {"idempotent": True}}, {}, (True, True)),
+        ({"reinloop": {"retryable": True}}, {}, (True, True)),
+        ({"reinloop": {"idempotent": False}}, {}, (False, False)),
+        (None, {"idempotent": True}, (True, True)),
+        (None, {"retryable": True}, (True, True)),
+        (None, {"idempotent": False, "retryable": True}, (False, True)),
+        ({"reinloop": {"idempotent": True}}, {"idempotent": False}, (False, False)),
+        ({"reinloop": {"retryable": True}}, {"retryable": False}, (True, False)),
+        ({"reinloop": {"retryable": False}}, {"retryable": True}, (True, True)),
+        ({"readOnlyHint": True}, {}, (True, True)),
+        ({"idempotentHint": True, "readOnlyHint": False}, {}, (True, True)),
+        ({"readOnlyHint": False, "idempotentHint": False, "destructiveHint": True}, {}, (True, False)),
+        ({"readOnlyHint": True, "reinloop": {"idempotent": False}}, {}, (False, False)),
+        ({"readOnlyHint": True}, {"retryable": False}, (True, False)),
+    ],
+    ids=[
+        "undeclared-runs-once",
+        "metadata-idempotent",
+        "metadata-retryable",
+        "metadata-not-idempotent",
+        "add-idempotent",
+        "add-retryable",
+        "add-not-idempotent-but-retryable",
+        "add-overrides-metadata-idempotent",
+        "add-overrides-metadata-retryable",
+        "add-overrides-metadata-not-retryable",
+        "mcp-read-only",
+        "mcp-idempotent",
+        "mcp-neither",
+        "reinloop-metadata-over-mcp-hint",
+        "add-over-mcp-hint",
+    ],
+)
+def test_a_tool_is_retryable_only_when_declared_safe_to_repeat(metadata, kwargs, expected):
+    @tool
+    def send(text: str) -> str:
+        """Send a text."""
+        return text
+
+    send.metadata = metadata
     registry = ToolRegistry()
-    for name, kwargs in [("a", {}), ("b", {"idempotent": False}), ("c", {"idempotent": False, "retryable": True})]:
-        registry.add(Flaky(0, name=name).tool, **kwargs)
-    assert [(entry.idempotent, entry.retryable) for entry in registry] == [(True, True), (False, False), (False, True)]
+    registry.add(send, **kwargs)
+    assert (registry["send"].idempotent, registry["send"].retryable) == expected
 
 
 def test_policy_and_config_mistakes_are_configuration_errors():

@@ -47,6 +47,10 @@ class Counting:
         return self.outcome() if callable(self.outcome) else self.outcome
 
 
+# A look-up declared safe to repeat, so that it may be retried in place.
+RETRYABLE = {"reinloop": {"retryable": True}}
+
+
 def lookup_tool(body: Counting, **fields: Any) -> StructuredTool:
     def lookup(key: str) -> Any:
         return body(key)
@@ -127,11 +131,13 @@ def test_without_is_error_the_same_text_is_a_success():
 
 def test_a_backend_exception_is_retried_in_place_and_a_tool_exception_is_not():
     backend = Counting(ConnectionError("connection reset"))
-    result, _ = run([lookup_tool(backend)], [tool_call("lookup", {"key": "k"}), "done"], tool_attempts=3)
+    result, _ = run(
+        [lookup_tool(backend, metadata=RETRYABLE)], [tool_call("lookup", {"key": "k"}), "done"], tool_attempts=3
+    )
     assert backend.calls == 3
     assert tool_messages(result)[0].content.startswith("Error: 'lookup' failed (3 attempts): ConnectionError")
     refused = Counting(ToolException("no such key"))
-    run([lookup_tool(refused)], [tool_call("lookup", {"key": "k"}), "done"], tool_attempts=3)
+    run([lookup_tool(refused, metadata=RETRYABLE)], [tool_call("lookup", {"key": "k"}), "done"], tool_attempts=3)
     assert refused.calls == 1
 
 
@@ -148,7 +154,7 @@ def test_a_backend_exception_is_retried_in_place_and_a_tool_exception_is_not():
 def test_retry_on_says_which_exceptions_are_retried(retry_on, raised, calls):
     body = Counting(raised)
     registry = ToolRegistry()
-    registry.add(lookup_tool(body), retry_on=retry_on)
+    registry.add(lookup_tool(body), retry_on=retry_on, retryable=True)
     run(registry, [tool_call("lookup", {"key": "k"}), "done"], tool_attempts=3)
     assert body.calls == calls
 

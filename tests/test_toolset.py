@@ -22,6 +22,7 @@ from reinloop.tools import (
     FinancialDataTool,
     LocalCorpusSearch,
     TimerTool,
+    ToolRegistry,
     TranslateTool,
     WeatherTool,
     WebSearchTool,
@@ -375,6 +376,13 @@ def test_default_toolset_contents(tmp_path):
                      "db_query", "financial_data"]  # fmt: skip
     full = default_toolset(tmp_path, model=ScriptedChatModel(), weather_base_url="http://127.0.0.1:1")
     assert {"translate", "weather"} <= {tool.name for tool in full}
+
+
+def test_only_the_tools_without_effects_are_retried_in_place(tmp_path):
+    tools = default_toolset(tmp_path, model=ScriptedChatModel(), weather_base_url="http://127.0.0.1:1")
+    registry = ToolRegistry(tools)
+    assert {entry.name for entry in registry if not entry.retryable} == {"file_write", "db_insert"}
+    assert all(entry.idempotent for entry in registry)  # a call in flight at a crash runs again, with its key
 
 
 def test_the_model_sees_the_schema_constraints(tmp_path):

@@ -11,7 +11,8 @@ timeout, or an empty result (pseudo-success). Nothing else leaves the node: Lang
 A call that raised or timed out is run again in place, after a backoff, up to the check's `attempts` (which
 validate_args set from the tool's `retryable`, `tool_attempts` and the run's `max_tool_attempts`;
 `reinloop.tools.retry`): the model sees only the last failure, noted with how many attempts were made, and no
-model call, decision or error is counted for the retries.
+model call, decision or error is counted for the retries. A tool not declared safe to repeat runs once, and
+its call that timed out or lost its connection or worker is reported in doubt (`IN_DOUBT_TEMPLATE`).
 
 What the tool produced (its result, or the message of what it raised) is cut to `observation_max_chars`
 here, where it is stored: the checkpoint holds what the model will see, never a tool's whole 10 MB. A tool
@@ -31,11 +32,11 @@ A call a person edited before it ran (`reinloop.approvals`) runs with their argu
 starts with a note saying so.
 
 The tool gets the call's idempotency key in its config (`reinloop.tools.idempotency_key()`), so a call
-re-run after a crash can find its earlier effect. A tool declared not idempotent is not re-run at all (nor
-retried, unless it is declared retryable): a call of it that was in flight when the process died gets an
-"unknown_outcome" observation and a record in `in_doubt` (fail closed). A call whose tool stopped the run
-with LangGraph's `interrupt()` is run again once answered (`Command(resume=...)`), as LangGraph runs an
-interrupted task: the tool's code before its `interrupt()` runs twice.
+re-run after a crash can find its earlier effect. A tool declared not idempotent is not re-run after a crash:
+a call of it that was in flight when the process died gets an "unknown_outcome" observation and a record in
+`in_doubt` (fail closed). A call whose tool stopped the run with LangGraph's `interrupt()` is run again once
+answered (`Command(resume=...)`), as LangGraph runs an interrupted task: the tool's code before its
+`interrupt()` runs twice.
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ from reinloop.tools.retry import Backoff, retry_steps
 __all__ = [
     "ATTEMPTS_NOTE",
     "EMPTY_RESULT_TEMPLATE",
+    "IN_DOUBT_LOST",
+    "IN_DOUBT_TEMPLATE",
+    "IN_DOUBT_TIMEOUT",
     "MAX_ARTIFACT_CHARS",
     "TIMEOUT_TEMPLATE",
     "TOOL_ERROR_TEMPLATE",
@@ -74,6 +78,15 @@ TIMEOUT_TEMPLATE = "Error: {name!r} gave no result within {timeout:g} s{tries}. 
 EMPTY_RESULT_TEMPLATE = "Error: {name!r} returned no usable result{tries}: {reason}. Change the arguments or the tool."
 # Fills {tries} above when the call was retried; empty after a single attempt.
 ATTEMPTS_NOTE = " ({attempts} attempts)"
+# A timeout or a lost connection of a tool not declared safe to repeat, which is run only once: {failure} is
+# one of the two below.
+IN_DOUBT_TEMPLATE = (
+    "Error: {name!r} {failure}, so this call may or may not have had its effect. {name!r} is not declared safe "
+    "to repeat, so it was not run again: check whether it took effect (with a read-only tool, or ask the user) "
+    "before calling it again."
+)
+IN_DOUBT_TIMEOUT = "gave no result within {timeout:g} s"
+IN_DOUBT_LOST = "failed without an answer: {error}"
 
 # An artifact larger than this (as JSON) is not saved with the run: it would be in every later checkpoint.
 MAX_ARTIFACT_CHARS = 64_000
@@ -115,7 +128,10 @@ def _execute_tool(check: CallCheck, ctx: AgentContext, config: RunnableConfig) -
     written: dict[str, Any] = {}
     if run.command is not None:
         run, written = settle_command(run.command, check["call_id"], ctx.tool_keys, entry.check_result)
-    content = _content(run, name, timeout, made, settings.observation_max_chars)
+    if run.effect_unknown and not entry.retryable:
+        content = _in_doubt(run, name, timeout, settings.observation_max_chars)
+    else:
+        content = _content(run, name, timeout, made, settings.observation_max_chars)
     if check.get("review") == "edited":
         # The model's message still holds the call it made; the result must say it is not that call's.
         content = EDITED_NOTE.format(args=json.dumps(check["args"], ensure_ascii=False)) + content
@@ -163,6 +179,15 @@ def _content(run: ToolRun, name: str, timeout: float, attempts: int, max_chars: 
     if run.error_kind == "empty_result":
         return EMPTY_RESULT_TEMPLATE.format(name=name, reason=text, tries=tries)
     return TOOL_ERROR_TEMPLATE.format(name=name, error=text, tries=tries)
+
+
+def _in_doubt(run: ToolRun, name: str, timeout: float, max_chars: int) -> str:
+    """The observation of a call of a tool not declared safe to repeat that gave no answer: it may have acted."""
+    if run.error_kind == "timeout":
+        failure = IN_DOUBT_TIMEOUT.format(timeout=timeout)
+    else:
+        failure = IN_DOUBT_LOST.format(error=clean_text(truncate(run.text, max_chars)))
+    return IN_DOUBT_TEMPLATE.format(name=name, failure=failure)
 
 
 def _outcome(

@@ -164,8 +164,10 @@ class CalculatorTool(BaseTool):
     )
     args_schema: type[BaseModel] = CalculatorInput
     # It bounds its work up front, but big-integer arithmetic runs in C holding the GIL, where a thread
-    # cannot be stopped at the deadline; a worker process can.
-    metadata: dict[str, Any] | None = Field(default_factory=lambda: {POLICY_KEY: {"isolation": "process"}})
+    # cannot be stopped at the deadline; a worker process can. A pure function: safe to retry in place.
+    metadata: dict[str, Any] | None = Field(
+        default_factory=lambda: {POLICY_KEY: {"isolation": "process", "retryable": True}}
+    )
 
     def _run(self, expression: str, **_: Any) -> str:
         return _format(evaluate(expression))

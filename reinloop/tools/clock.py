@@ -31,7 +31,10 @@ class CurrentTimeTool(BaseTool):
     description: str = "Get the current date, time and weekday in a time zone."
     args_schema: type[BaseModel] = CurrentTimeInput
     # Its result changes with time: an identical call runs again rather than being answered from cache.
-    metadata: dict[str, Any] | None = Field(default_factory=lambda: {POLICY_KEY: {"cacheable": False}})
+    # It only reads the clock: safe to retry in place.
+    metadata: dict[str, Any] | None = Field(
+        default_factory=lambda: {POLICY_KEY: {"cacheable": False, "retryable": True}}
+    )
     now: Callable[[ZoneInfo], datetime] = datetime.now
 
     def _run(self, timezone: str = "UTC", **_: Any) -> str:
@@ -55,8 +58,11 @@ class TimerTool(BaseTool):
     name: str = "timer"
     description: str = f"Wait for a number of seconds (at most {MAX_WAIT_S:g}), then return."
     args_schema: type[BaseModel] = TimerInput
-    # The wait is the point: an identical call waits again rather than being answered from cache.
-    metadata: dict[str, Any] | None = Field(default_factory=lambda: {POLICY_KEY: {"cacheable": False}})
+    # The wait is the point: an identical call waits again rather than being answered from cache. Waiting
+    # has no effect: safe to retry in place.
+    metadata: dict[str, Any] | None = Field(
+        default_factory=lambda: {POLICY_KEY: {"cacheable": False, "retryable": True}}
+    )
     sleep: Callable[[float], None] = time.sleep
 
     def _run(self, seconds: float, **_: Any) -> str:

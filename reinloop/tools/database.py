@@ -178,7 +178,10 @@ class DbQueryTool(BaseTool):
     description: str = QUERY_DESCRIPTION
     args_schema: type[BaseModel] = DbQueryInput
     # db_insert changes what it reads: an identical call runs again rather than being answered from cache.
-    metadata: dict[str, Any] | None = Field(default_factory=lambda: {POLICY_KEY: {"cacheable": False}})
+    # Its connection is read-only: safe to retry in place.
+    metadata: dict[str, Any] | None = Field(
+        default_factory=lambda: {POLICY_KEY: {"cacheable": False, "retryable": True}}
+    )
     database: Database
 
     model_config = ConfigDict(arbitrary_types_allowed=True)

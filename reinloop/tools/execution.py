@@ -22,7 +22,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 
 from reinloop.drivers import Steps, adrive, drive, io
-from reinloop.tools.outcomes import ResultRules, RetryOn, ToolRun, _asettle, _settle, invoke_tool
+from reinloop.tools.outcomes import TIMED_OUT, ResultRules, RetryOn, ToolRun, _asettle, _settle, invoke_tool
 from reinloop.tools.timeouts import IDLE_WORKERS as IDLE_WORKERS
 from reinloop.tools.timeouts import (
     MAX_TIMEOUT_S,
@@ -104,7 +104,7 @@ def tool_steps(
     try:
         return (yield from io(partial(call_with_timeout, settle, timeout_s), wait))
     except ToolTimeoutError:
-        return ToolRun("timeout", "", transient=True)
+        return TIMED_OUT
 
 
 def is_async_tool(tool: BaseTool) -> bool:

@@ -87,7 +87,10 @@ class FileReadTool(BaseTool):
     description: str = f"Read a text file from the workspace (up to {MAX_READ_BYTES // 1000} KB)."
     args_schema: type[BaseModel] = FileReadInput
     # file_write changes what it reads: an identical call runs again rather than being answered from cache.
-    metadata: dict[str, Any] | None = Field(default_factory=lambda: {POLICY_KEY: {"cacheable": False}})
+    # A read: safe to retry in place.
+    metadata: dict[str, Any] | None = Field(
+        default_factory=lambda: {POLICY_KEY: {"cacheable": False, "retryable": True}}
+    )
     workspace: Workspace
 
     model_config = ConfigDict(arbitrary_types_allowed=True)

@@ -14,6 +14,8 @@ from typing import Any, Literal
 from langchain_core.tools import BaseTool, ToolException
 from pydantic import BaseModel, Field
 
+from reinloop.tools.registry import POLICY_KEY
+
 __all__ = ["FinancialDataTool", "load_financials"]
 
 Metric = Literal["revenue", "net_income", "operating_income", "employees", "total_assets"]
@@ -42,6 +44,8 @@ class FinancialDataTool(BaseTool):
         "total_assets). Money is in millions of the company's currency."
     )
     args_schema: type[BaseModel] = FinancialDataInput
+    # A look-up in bundled data: safe to retry in place.
+    metadata: dict[str, Any] | None = Field(default_factory=lambda: {POLICY_KEY: {"retryable": True}})
 
     def _run(self, company: str, metric: str, year: int | None = None, **_: Any) -> dict[str, Any]:
         companies = load_financials()["companies"]

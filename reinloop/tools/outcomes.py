@@ -14,7 +14,8 @@ status "error" (an MCP tool's error result, through langchain-mcp-adapters); or 
 tool's own `is_error`. Which failures another attempt may fix is decided here too (`ToolRun.transient`): a
 timeout, a crashed worker and an exception are; a ToolException (the tool's message for the model, an MCP
 server's refusal), a ToolMessage error, a lazy or unshowable result and an `is_error` text are the model's
-to fix. A tool's `retry_on` replaces that rule for the exceptions it raises.
+to fix. A tool's `retry_on` replaces that rule for the exceptions it raises. A timeout, a crashed worker
+and a lost connection (`ConnectionError`, `TimeoutError`) leave the call's effect unknown (`ToolRun.effect_unknown`).
 """
 
 from __future__ import annotations
@@ -62,8 +63,15 @@ class ToolRun:
     command: Command[Any] | None = None
     # Whether another attempt may fix this failure (`reinloop.tools.retry` runs the call again in place).
     transient: bool = False
+    # Whether the call may have had its effect though no answer came back: a timeout, a lost connection, a
+    # crashed worker (execute_tool reports it in doubt for a tool not declared safe to repeat).
+    effect_unknown: bool = False
     # A tool's artifact (response_format="content_and_artifact"): kept on its ToolMessage, never shown.
     artifact: Any = None
+
+
+# What a call that ran out of time produced: no answer, and whether it acted is unknown.
+TIMED_OUT = ToolRun("timeout", "", transient=True, effect_unknown=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +140,16 @@ def _settle_steps(
     except UnshowableResultError as exc:
         return ToolRun("tool_error", str(exc))
     except BaseException as exc:
-        return ToolRun("tool_error", rules.error_text(exc), transient=rules.transient(exc))
+        return ToolRun(
+            "tool_error", rules.error_text(exc), transient=rules.transient(exc), effect_unknown=_effect_unknown(exc)
+        )
+
+
+def _effect_unknown(exc: BaseException) -> bool:
+    """Whether the tool's exception says it lost the other side mid-call (a dropped connection, a wait that
+    ran out, an MCP server that died), which may have acted all the same."""
+    # A refused connection never reached the other side.
+    return isinstance(exc, ConnectionError | TimeoutError) and not isinstance(exc, ConnectionRefusedError)
 
 
 # What LangChain works out on every tool call, worked out once per function (`reinloop._langchain`).

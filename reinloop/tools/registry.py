@@ -25,7 +25,7 @@ RESERVED_TOOL_NAMES = frozenset({"final_answer"})
 
 # A tool declares its own run policy in its LangChain metadata, `{"reinloop": {"isolation": "process"}}`;
 # the arguments of `ToolRegistry.add` override it. The policy's keys and their defaults (`retryable` None:
-# as `idempotent`):
+# as declared, `_declared_retryable`):
 POLICY_KEY = "reinloop"
 _POLICY_DEFAULTS: dict[str, Any] = {
     "isolation": "thread",
@@ -34,6 +34,9 @@ _POLICY_DEFAULTS: dict[str, Any] = {
     "cacheable": True,
     "approve": False,
 }
+# The MCP tool annotations that make a tool safe to repeat, which langchain-mcp-adapters copies to the top
+# level of its tool's metadata (and `MCPTool` keeps).
+_MCP_REPEAT_HINTS = ("readOnlyHint", "idempotentHint")
 # The policy keys whose values are True or False (once `retryable`'s default is filled in).
 _FLAGS = ("idempotent", "retryable", "cacheable", "approve")
 
@@ -170,25 +173,31 @@ def _policy(tool: BaseTool, defaults: dict[str, Any], **given: Any) -> dict[str,
             f"tool {tool.name!r} declares metadata[{POLICY_KEY!r}] = {declared!r}; it must be a dict with "
             f"the keys {', '.join(map(repr, _POLICY_DEFAULTS))}"
         )
-    policy = {
-        **_POLICY_DEFAULTS,
-        **defaults,
-        **declared,
-        **{key: value for key, value in given.items() if value is not None},
-    }
+    named = {key: value for key, value in given.items() if value is not None}
+    policy = {**_POLICY_DEFAULTS, **defaults, **declared, **named}
     if policy["isolation"] not in ISOLATIONS:
         raise ConfigurationError(
             f"isolation for tool {tool.name!r} must be one of {', '.join(map(repr, ISOLATIONS))}, "
             f"got {policy['isolation']!r}"
         )
     if policy["retryable"] is None:
-        # A non-idempotent call that raised or timed out may have had its effect: running it again could
-        # make it twice.
-        policy["retryable"] = policy["idempotent"]
+        policy["retryable"] = _declared_retryable(tool, {**declared, **named})
     for flag in _FLAGS:
         if not isinstance(policy[flag], bool):
             raise ConfigurationError(f"{flag} for tool {tool.name!r} must be True or False, got {policy[flag]!r}")
     return policy
+
+
+def _declared_retryable(tool: BaseTool, declared: dict[str, Any]) -> Any:
+    """Whether a tool that says nothing of `retryable` may be retried in place: only when it is declared safe
+    to repeat, by an explicit `idempotent` (in its metadata or given to `add`) or an MCP annotation."""
+    # A call that raised or timed out may have had its effect (a timeout says nothing of what the tool did):
+    # running it again could make it twice. `idempotent`'s default (True) decides only whether a call in
+    # flight at a crash runs again, with its idempotency key; it declares nothing.
+    if "idempotent" in declared:
+        return declared["idempotent"]
+    metadata = tool.metadata or {}
+    return any(metadata.get(hint) is True for hint in _MCP_REPEAT_HINTS)
 
 
 def _check_timeout(name: str, timeout_s: float | None) -> None:
@@ -260,12 +269,13 @@ class ToolRegistry:
 
         `isolation`, `idempotent`, `retryable`, `cacheable` and `approve` default to the tool's own
         declaration in its metadata (`{"reinloop": {"isolation": "process", "idempotent": False, "retryable":
-        False, "cacheable": False, "approve": True}}`), else "thread", True, the tool's `idempotent`, True
-        (False for a tool that takes the state, the store or a `ToolRuntime`: `reinloop.tools.injection`) and
-        False. A retryable tool's call
-        that raises or times out is run again in place (`AgentConfig.tool_attempts`), with the same
-        idempotency key; a non-idempotent tool is not, since its failed call may have had its effect, unless
-        it says `retryable=True` (it finds its earlier effect by the key, or fails before any effect).
+        False, "cacheable": False, "approve": True}}`), else "thread", True, False (below), True (False for a
+        tool that takes the state, the store or a `ToolRuntime`: `reinloop.tools.injection`) and False.
+        A retryable tool's call that raises or times out is run again in place (`AgentConfig.tool_attempts`),
+        with the same idempotency key. Only a tool declared safe to repeat is retryable: `retryable=True` or an
+        explicit `idempotent=True` (here or in its metadata), or an MCP tool's `readOnlyHint` or
+        `idempotentHint` annotation. Any other tool's call runs once, since a call that failed may have had
+        its effect; a timeout or a lost connection of it is reported to the model as in doubt.
         `cacheable=False` is for a tool whose result changes with time or with other calls' effects (a
         clock, a file read): an identical call soon after a success runs again instead of being answered
         with the earlier result.

@@ -19,6 +19,7 @@ from langchain_core.tools import BaseTool, ToolException
 from pydantic import BaseModel, Field
 
 from reinloop.errors import ConfigurationError
+from reinloop.tools.registry import POLICY_KEY
 
 __all__ = ["BUNDLED_CORPUS", "LocalCorpusSearch", "SearchBackend", "SearchHit", "WebSearchTool"]
 
@@ -131,6 +132,8 @@ class WebSearchTool(BaseTool):
         "Use short keyword queries."
     )
     args_schema: type[BaseModel] = WebSearchInput
+    # A search only reads: safe to retry in place.
+    metadata: dict[str, Any] | None = Field(default_factory=lambda: {POLICY_KEY: {"retryable": True}})
     backend: Any
 
     def _run(self, query: str, max_results: int = 5, **_: Any) -> list[dict[str, str]]:

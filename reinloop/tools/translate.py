@@ -9,6 +9,8 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_core.tools import BaseTool
 from pydantic import BaseModel, Field
 
+from reinloop.tools.registry import POLICY_KEY
+
 __all__ = ["TranslateTool"]
 
 MAX_TEXT_CHARS = 2_000
@@ -31,6 +33,8 @@ class TranslateTool(BaseTool):
     name: str = "translate"
     description: str = "Translate a text into another language."
     args_schema: type[BaseModel] = TranslateInput
+    # A model call changes nothing but the bill: safe to retry in place.
+    metadata: dict[str, Any] | None = Field(default_factory=lambda: {POLICY_KEY: {"retryable": True}})
     model: BaseChatModel
 
     def _run(self, text: str, target_language: str, **_: Any) -> str:

@@ -29,7 +29,10 @@ class WeatherTool(BaseTool):
     description: str = "Get the current weather (temperature in Celsius and conditions) for a city."
     args_schema: type[BaseModel] = WeatherInput
     # Its result changes with time: an identical call runs again rather than being answered from cache.
-    metadata: dict[str, Any] | None = Field(default_factory=lambda: {POLICY_KEY: {"cacheable": False}})
+    # A GET: safe to retry in place.
+    metadata: dict[str, Any] | None = Field(
+        default_factory=lambda: {POLICY_KEY: {"cacheable": False, "retryable": True}}
+    )
     base_url: str
     timeout_s: float = Field(5.0, gt=0)
 

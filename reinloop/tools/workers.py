@@ -30,7 +30,7 @@ from pebble import ProcessExpired, ProcessFuture, ProcessPool
 
 from reinloop.drivers import Steps, io
 from reinloop.tools.effects import IDEMPOTENCY_KEY
-from reinloop.tools.outcomes import ResultRules, ToolRun, _settle
+from reinloop.tools.outcomes import TIMED_OUT, ResultRules, ToolRun, _settle
 from reinloop.tools.results import describe_error
 from reinloop.tools.timeouts import WORKER_WAIT_S
 
@@ -69,9 +69,10 @@ def _in_process(
     try:
         return (yield from io(partial(future.result, timeout=wait_s), partial(_await_future, future, wait_s)))
     except TimeoutError:
-        return ToolRun("timeout", "", transient=True)
+        return TIMED_OUT
     except ProcessExpired as exc:
-        return ToolRun("tool_error", f"its worker process ended abnormally (exit code {exc.exitcode})", transient=True)
+        ended = f"its worker process ended abnormally (exit code {exc.exitcode})"
+        return ToolRun("tool_error", ended, transient=True, effect_unknown=True)
     except Exception as exc:  # the pool itself failed; a new pool serves the next call
         failed = f"its worker process failed ({describe_error(exc)}){_main_guard_hint()}"
         return ToolRun("tool_error", failed, transient=True)
@@ -115,7 +116,7 @@ def _run_in_worker(
         run = ToolRun("tool_error", COMMAND_IN_PROCESS)
     # pebble looks at deadlines every 0.1 s: a call that finished after its deadline, before the kill, is
     # a timeout all the same.
-    return ToolRun("timeout", "", transient=True) if time.monotonic() - started_at > timeout_s else run
+    return TIMED_OUT if time.monotonic() - started_at > timeout_s else run
 
 
 _pool: ProcessPool | None = None
