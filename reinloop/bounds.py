@@ -114,6 +114,8 @@ class _Rules:
         self.runs_before_refusal = s.max_repeats if s.loop_window > s.max_repeats else None
         # The round in which the error streak trips, one error a round.
         self.error_trip = s.error_threshold + int(s.error_reflection)
+        # The tool runs a whole run may make (ToolAttempts).
+        self.tool_budget = s.max_tool_attempts or s.tool_attempts * s.max_iterations
 
     def bound(self, runaway: Runaway) -> Bound:
         s = self.settings
@@ -128,7 +130,7 @@ class _Rules:
             # Every round adds an error or a stalled decision; at most max_stalled stalled ones between errors.
             first = self.error_trip * (s.max_stalled + 1)
             bound = self._stopped(runaway, first, None, 1 + s.max_parse_retries, 0, reasons=("dead_loop",))
-            return replace(bound, executions=self._made(runaway, (), 1, 1, None).executions)
+            return replace(bound, executions=self.tool_budget)  # any calls, failing or refused
         if runaway in ("same_call", "two_calls_in_turn", "three_calls_in_turn"):
             calls = {"same_call": 1, "two_calls_in_turn": 2, "three_calls_in_turn": 3}[runaway]
             return self._known(runaway, calls)
@@ -180,12 +182,11 @@ class _Rules:
         s = self.settings
         trips = [trip for trip in (error_trip, stalled_trip) if trip is not None]
         last = min(trips) + s.max_replans
-        stops: tuple[str, ...] = ("dead_loop",) if stalled_trip is not None and last >= stalled_trip else ()
-        if error_trip is not None and not stops:
-            stops = ("error_streak",)
-        if stalled_trip is not None and "dead_loop" not in stops:
-            stops = (*stops, "dead_loop")  # rule 1 (refused after feedback) may trip it sooner
-        stops = tuple(dict.fromkeys((*stops, *reasons)))
+        # dead_loop comes first in the table: it ends the run if it trips by the last round; rule 1 (refused
+        # after feedback) may trip it sooner than `stalled_trip` whenever it applies.
+        usual = "dead_loop" if stalled_trip is not None and last >= stalled_trip else "error_streak"
+        sooner = ("dead_loop",) if stalled_trip is not None else ()
+        stops = tuple(dict.fromkeys((usual, *sooner, *reasons)))
         if last > s.max_iterations:
             last, stops = s.max_iterations, (*stops, "max_iterations")
         if executions is None:
@@ -199,8 +200,7 @@ class _Rules:
         self, runaway: Runaway, stops: tuple[str, ...], rounds: int, per_round: int, executions: int | None
     ) -> Bound:
         s = self.settings
-        budget = s.max_tool_attempts or s.tool_attempts * s.max_iterations
-        executions = budget if executions is None else min(executions, budget)
+        executions = self.tool_budget if executions is None else min(executions, self.tool_budget)
         decisions = rounds * per_round
         model_calls = decisions + rounds
         if s.max_reply_tokens is None:

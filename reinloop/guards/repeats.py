@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from reinloop.config import AgentConfig, LoopKey
-from reinloop.guards.base import QUOTE_CHARS, Guard, Round, Seen, called
+from reinloop.guards.base import QUOTE_CHARS, Guard, Round, called
 from reinloop.state import AgentState, CallCheck, CallRecord, ErrorKind, RunState, ToolOutcome
 from reinloop.text import counted, truncate
 from reinloop.tools.registry import ToolRegistry
@@ -238,7 +238,7 @@ class DeadLoop(Guard):
         if round.parse_error is not None or not round.calls:
             return {}
         records = [record(seen.check, seen.outcome) for seen in round.calls]
-        stalled = state.get("stalled", 0) + 1 if all(_known(seen) for seen in round.calls) else 0
+        stalled = state.get("stalled", 0) + 1 if all(_repeat(seen.check) for seen in round.calls) else 0
         return {
             "call_window": advance_window(state.get("call_window") or [], records, ctx.settings),
             "stalled": stalled,
@@ -278,12 +278,8 @@ class DeadLoop(Guard):
         ]
 
 
-def _known(seen: Seen) -> bool:
-    """The call was answered from what the agent already knows: from cache, or refused as a repeat."""
-    return seen.check.get("cached") is not None or seen.error_kind in REFUSALS
-
-
 def _repeat(check: CallCheck) -> bool:
+    """The call was answered from what the agent already knows: from cache, or refused as a repeat."""
     return check.get("cached") is not None or check["error_kind"] in REFUSALS
 
 

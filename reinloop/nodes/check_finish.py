@@ -65,20 +65,22 @@ def _check_finish(state: RunState, ctx: AgentContext) -> dict[str, Any]:
             "finish_reason": "answered",
         }
     after = cast(RunState, {**state, **counted})
-    replaced: list[Guard] = []  # the guards whose stops one re-plan turn replaces, if any
+    # One re-plan turn replaces the stops of every guard with a `replan` that trips; it tells what the first of
+    # them saw. A later guard (the budgets) may still end the run.
+    replan: Guard | None = None
     can_replan = state.get("replans", 0) < ctx.settings.max_replans
     reason = None
     for guard in ctx.guards:
         if guard.reason is None or not guard.trips(after, ctx):
             continue
         if guard.replan is not None and can_replan:
-            replaced.append(guard)  # and a later guard (the budgets) may still end the run
+            replan = replan or guard
             continue
         reason = guard.reason
         break
     update = {**counted, "finish_reason": reason, "final_answer": None}
-    if reason is None and replaced:
-        update.update(_replan(state, replaced[0], ctx))
+    if reason is None and replan is not None:
+        update.update(_replan(state, replan, ctx))
     elif reason is None:
         for guard in ctx.guards:
             update.update(guard.going_on(state, ctx))
