@@ -5,7 +5,7 @@ saves anything, and holding the thread's lease (one writer per thread, `reinloop
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import AbstractAsyncContextManager, AbstractContextManager, aclosing
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, aclosing, nullcontext
 from typing import Any, NamedTuple, TypeAlias
 
 from langchain_core.runnables import RunnableConfig, ensure_config
@@ -113,6 +113,23 @@ class _Agent(CompiledStateGraph[RunState, None, Any, AgentState]):
             return runs
         lease = ahold_thread(written.saver, written.thread, self.thread_wait_s)
         return _aleased(runs, lease, written, _continues(input))
+
+    def hold(self, config: RunnableConfig) -> AbstractContextManager[None]:
+        """Hold the thread of `config` for the block: the runs and state updates of that thread inside it (in
+        this context) use this lease, and any other run of it, in this process or another, gets
+        `ThreadBusyError` (after `thread_wait_s`). For a read followed by writes that must see no other writer
+        between them: ``with agent.hold(config): agent.invoke(None, prepare_resume(agent, config))``."""
+        written = self._written(merge_configs(self.config, config))
+        if written is None:
+            return nullcontext()
+        return hold_thread(written.saver, written.thread, self.thread_wait_s, shared=True)
+
+    def ahold(self, config: RunnableConfig) -> AbstractAsyncContextManager[None]:
+        """`hold` for ``async with``: the lease's database work runs in a worker thread."""
+        written = self._written(merge_configs(self.config, config))
+        if written is None:
+            return nullcontext()
+        return ahold_thread(written.saver, written.thread, self.thread_wait_s, shared=True)
 
     def bulk_update_state(self, config: RunnableConfig, supersteps: Sequence[Sequence[StateUpdate]]) -> RunnableConfig:
         written = self._written(merge_configs(self.config, config))

@@ -32,7 +32,11 @@ class ResumeError(ReinloopError):
 
 class ThreadBusyError(ReinloopError):
     """Another run is writing the thread (in this process or another): nothing was run or saved; run it again
-    once that run has ended."""
+    once that run has ended. `thread` and `holder` (who runs it, as far as is known) say which."""
+
+    def __init__(self, message: str, *, thread: str = "", holder: str = "") -> None:
+        super().__init__(message)
+        self.thread, self.holder = thread, holder
 
 
 class CheckpointError(ReinloopError):

@@ -11,6 +11,10 @@ back when it ends; a second writer gets `ThreadBusyError`, or waits for the leas
   (host, pid, start time). A lease whose holder no longer runs on this host is taken over.
 - Every saver, in one process: a lock per database and thread (the only lease of an `InMemorySaver`, an
   in-memory SQLite database or a saver of another kind).
+
+A block that reads a thread and then writes it in several runs (`reinloop.resume`: read where it stopped,
+write a fresh budget, run) holds the lease across them with `hold_thread(..., shared=True)`: the runs and
+updates inside the block, in the same context, use that lease instead of taking their own.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Hashable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import cache, partial
 from pathlib import Path
@@ -59,6 +64,9 @@ _GIVE_BACK_SQL = f"DELETE FROM {LEASES_TABLE} WHERE thread_id = ? AND token = ?"
 _SQLITE_BUSY_TIMEOUT_S = 30.0
 # Polling a busy lease when the agent waits for it: from the first delay, doubling up to the last.
 _FIRST_POLL_S, _LAST_POLL_S = 0.02, 0.5
+# The leases a `hold_thread(..., shared=True)` block holds, by database and thread: the runs inside it (in its
+# context, or a copy of it) find their thread held by that block and take no lease of their own.
+_SHARED: ContextVar[frozenset[tuple[Hashable, str]]] = ContextVar("reinloop_shared_leases", default=frozenset())
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,26 +90,58 @@ class _Lease(Protocol):
 
 
 @contextlib.contextmanager
-def hold_thread(saver: BaseCheckpointSaver[Any], thread_id: str, wait_s: float) -> Iterator[None]:
+def hold_thread(
+    saver: BaseCheckpointSaver[Any], thread_id: str, wait_s: float, *, shared: bool = False
+) -> Iterator[None]:
     """Hold `thread_id`'s lease on `saver`'s database while the block runs; `ThreadBusyError` if another run
-    holds it for longer than `wait_s` seconds."""
-    lease = _lease(saver, _sqlite_path(saver), thread_id)
+    holds it for longer than `wait_s` seconds. Nothing to take where a `shared` block of this context holds it
+    already; with `shared`, the runs inside this block use its lease."""
+    sqlite_path = _sqlite_path(saver)
+    key = (_database_key(saver, sqlite_path), thread_id)
+    if key in _SHARED.get():
+        yield
+        return
+    lease = _lease(saver, sqlite_path, key)
     drive(_take(lease, thread_id, wait_s))
     try:
-        yield
+        with _sharing(key, shared):
+            yield
     finally:
         lease.give_back()
 
 
 @contextlib.asynccontextmanager
-async def ahold_thread(saver: BaseCheckpointSaver[Any], thread_id: str, wait_s: float) -> AsyncIterator[None]:
+async def ahold_thread(
+    saver: BaseCheckpointSaver[Any], thread_id: str, wait_s: float, *, shared: bool = False
+) -> AsyncIterator[None]:
     """`hold_thread` under ainvoke/astream: the lease's database work runs in a worker thread."""
-    lease = _lease(saver, await _asqlite_path(saver), thread_id)
+    sqlite_path = await _asqlite_path(saver)
+    key = (_database_key(saver, sqlite_path), thread_id)
+    if key in _SHARED.get():
+        yield
+        return
+    lease = _lease(saver, sqlite_path, key)
     await adrive(_take(lease, thread_id, wait_s))
+    try:
+        with _sharing(key, shared):
+            yield
+    finally:
+        await asyncio.to_thread(lease.give_back)
+
+
+@contextlib.contextmanager
+def _sharing(key: tuple[Hashable, str], shared: bool) -> Iterator[None]:
+    """Mark the lease `key` as held for the runs of this context while the block runs, if `shared`. Only a
+    block in plain code shares its lease: a run's own lease is held in a generator, which the caller may step
+    from other contexts."""
+    if not shared:
+        yield
+        return
+    token = _SHARED.set(_SHARED.get() | {key})
     try:
         yield
     finally:
-        await asyncio.to_thread(lease.give_back)
+        _SHARED.reset(token)
 
 
 def _take(lease: _Lease, thread_id: str, wait_s: float) -> Steps[None]:
@@ -112,13 +152,17 @@ def _take(lease: _Lease, thread_id: str, wait_s: float) -> Steps[None]:
     while not (yield from io(lease.take, partial(asyncio.to_thread, lease.take))):
         left = deadline - time.monotonic()
         if left <= 0:
-            raise ThreadBusyError(BUSY_TEMPLATE.format(thread=thread_id, holder=lease.holder or "this process"))
+            holder = lease.holder or "this process"
+            raise ThreadBusyError(
+                BUSY_TEMPLATE.format(thread=thread_id, holder=holder), thread=thread_id, holder=holder
+            )
         delay = min(delay * 2, _LAST_POLL_S, left)
         yield from io(partial(time.sleep, delay), partial(asyncio.sleep, delay))
 
 
-def _lease(saver: BaseCheckpointSaver[Any], sqlite_path: str | None, thread_id: str) -> _Lease:
-    local = _LocalLease(_database_key(saver, sqlite_path), thread_id)
+def _lease(saver: BaseCheckpointSaver[Any], sqlite_path: str | None, key: tuple[Hashable, str]) -> _Lease:
+    local = _LocalLease(key)
+    thread_id = key[1]
     if sqlite_path:
         return _Layered(local, _SqliteLease(sqlite_path, thread_id))
     shared = _postgres_lease(saver, thread_id)
@@ -142,8 +186,8 @@ _local_held: set[tuple[Hashable, str]] = set()
 class _LocalLease:
     """A thread's lease among the runs of this process."""
 
-    def __init__(self, database: Hashable, thread_id: str) -> None:
-        self.key = (database, thread_id)
+    def __init__(self, key: tuple[Hashable, str]) -> None:
+        self.key = key  # the database and the thread
         self.holder: str | None = None
 
     def take(self) -> bool:

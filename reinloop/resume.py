@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeAlias
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, TypeAlias, cast
 
 import httpx
 from langchain_core.messages import HumanMessage
@@ -31,11 +32,20 @@ def resume(
     hint: str | None = None,
     **invoke_kwargs: Any,
 ) -> dict[str, Any]:
-    """Continue the thread in `config` and return its final state (see `prepare_resume`)."""
-    final: dict[str, Any] = agent.invoke(
-        None, prepare_resume(agent, config, extra_iterations=extra_iterations, hint=hint), **invoke_kwargs
-    )
+    """Continue the thread in `config` and return its final state (see `prepare_resume`), holding the thread
+    from the read of where it stopped to the end of the run: another writer gets `ThreadBusyError`."""
+    with _held(agent, config):
+        final: dict[str, Any] = agent.invoke(
+            None, prepare_resume(agent, config, extra_iterations=extra_iterations, hint=hint), **invoke_kwargs
+        )
     return final
+
+
+def _held(agent: Resumable, config: RunnableConfig) -> AbstractContextManager[None]:
+    """The thread's lease for the block (the agent's `hold`); none for a `RemoteGraph`, whose server runs one
+    run of a thread at a time itself."""
+    hold = getattr(agent, "hold", None)
+    return nullcontext() if hold is None else cast("AbstractContextManager[None]", hold(config))
 
 
 def prepare_resume(
@@ -52,7 +62,8 @@ def prepare_resume(
     agent's `max_iterations`, and a new `run_token_budget` and `max_tool_attempts`), cleared error and loop
     counters, and the optional `hint` as a message to the model. A thread interrupted mid-step (a crash)
     continues where its checkpoint stopped, like ``agent.invoke(None, config)``; completed tool calls are not
-    run again.
+    run again. Run it inside ``with agent.hold(config):`` (as `resume` does), so that no other writer comes
+    between the read of the thread and the run.
 
     `agent` may be a `RemoteGraph` of an agent on LangGraph Server: the thread is read and updated there.
     """

@@ -15,6 +15,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from reinloop.checkpoint import open_checkpointer
+from reinloop.cli import BUSY, EXIT_CODES
 from tests.openai_server import ScriptedOpenAIServer
 from tests.test_checkpointers import BAD_FILES, damage, saved_thread, unchanged
 
@@ -596,3 +598,73 @@ def test_every_option_of_run_and_resume_has_help(command):
     limits = {a.option_strings[0]: a.help for a in options}
     assert "Decision rounds per run" in limits["--max-iterations"] and "default: 20" in limits["--max-iterations"]
     assert "default: 3" in limits["--error-threshold"] and "default: 30" in limits["--tool-timeout"]
+
+
+class GatedCountingServer(ScriptedOpenAIServer):
+    """A model that never answers: each reply is a new calculator call. With `gate` cleared, a request waits
+    for it (the run that sent it holds its thread meanwhile); `waiting` is set once one does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate, self.waiting = threading.Event(), threading.Event()
+        self.gate.set()
+
+    def __exit__(self, *exc: object) -> None:
+        self.gate.set()
+        super().__exit__(*exc)
+
+    def _completion(self, body):
+        if not self.gate.is_set():
+            self.waiting.set()
+            self.gate.wait(60)
+        self.replies = [{"tool": "calculator", "args": {"expression": f"{len(self.requests)} + 1"}}]
+        return super()._completion(body)
+
+
+def test_two_resumes_of_one_thread_at_once_one_runs_the_other_says_busy_within_its_wait(home):
+    with GatedCountingServer() as server:
+        broken = cli("run", "Count up.", *run_args(server, "--thread", "t", "--max-iterations", "2"), home=home)
+        assert broken.returncode == EXIT_CODES["max_iterations"], broken.stderr
+        calls_before = len(server.requests)
+        server.gate.clear()
+        wait_s = 1.0
+        resume = [REINLOOP, "resume", "t", "--extra-iterations", "5", "--thread-wait", str(wait_s), "--no-memory"]
+        started = time.monotonic()
+        both = [subprocess.Popen(resume, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env=environment(home), cwd=home) for _ in range(2)]  # fmt: skip
+        try:
+            # One resume holds the thread, stopped in its first model call; the other finds it busy.
+            assert server.waiting.wait(60)
+            loser = _first_to_exit(both, timeout=wait_s + 10)
+            assert loser is not None, "the second resume is still running"
+            assert loser.returncode == BUSY, loser.stderr.read()
+            said = loser.stderr.read()
+            assert "busy: thread 't' is being run by another process" in said and "--thread-wait" in said
+            assert time.monotonic() - started < wait_s + 10
+            # A new task for the thread meanwhile is busy too, not "stopped mid-step".
+            task = cli("run", "Another task.", *run_args(server, "--thread", "t"), home=home)
+            assert task.returncode == BUSY, task.stderr
+            server.gate.set()
+            winner = next(each for each in both if each is not loser)
+            assert winner.wait(wait_s + 10) == EXIT_CODES["max_iterations"], winner.stderr.read()
+        finally:
+            for each in both:
+                each.kill() if each.poll() is None else None
+    # Exactly one resume ran: five model calls, one per round, and one history without a branch.
+    assert len(server.requests) - calls_before == 5
+    state = json.loads(cli("show", "t", "--json", home=home).stdout)
+    assert state["iteration"] == 7
+    with open_checkpointer(str(home / "runs.sqlite")) as saver:
+        saved = list(saver.list({"configurable": {"thread_id": "t"}}))
+    parents = [each.parent_config["configurable"]["checkpoint_id"] for each in saved[:-1]]
+    assert parents == [each.config["configurable"]["checkpoint_id"] for each in saved[1:]]
+
+
+def _first_to_exit(processes: list[subprocess.Popen], timeout: float) -> subprocess.Popen | None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for each in processes:
+            if each.poll() is not None:
+                return each
+        time.sleep(0.05)
+    return None

@@ -135,6 +135,7 @@ def test_a_guard_with_a_built_in_name_replaces_it_and_disable_drops_one():
         ([disable("nonesuch")], "no such guard"),
         ([NoDivision(), NoDivision()], "name of its own"),
         ([type("Zero", (NoDivision,), {"name": "zero", "exit_code": 2})()], "exit_code"),
+        ([type("Busy", (NoDivision,), {"name": "busy", "exit_code": 75})()], "other than 75 and 130"),
         ([type("Same", (NoDivision,), {"name": "same", "exit_code": 4})()], "distinct exit codes"),
         ([type("Again", (NoDivision,), {"name": "again", "reason": "dead_loop", "exit_code": 50})()], "finish reason"),
         (["error_streak"], "Guard objects"),

@@ -5,6 +5,7 @@ left by a killed process is taken over."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import signal
 import sqlite3
 import subprocess
@@ -334,3 +335,64 @@ def test_concurrent_first_runs_on_a_fresh_sqlite_file_set_the_saver_up_before_an
             thread.join()
         assert [result["finish_reason"] for result in results] == ["answered"] * 4
     assert len(set_up_at_take) == 14 and all(set_up_at_take)
+
+
+def test_a_held_thread_is_written_by_the_block_s_runs_and_refused_to_any_other_writer(database, gate):
+    with open_saver(database) as saver:
+        agent, _ = gated_agent(saver, gate)
+        thread = new_thread()
+        gate.released.set()
+        with agent.hold(thread):
+            # The runs and updates inside the block share its lease instead of finding the thread busy.
+            assert agent.invoke({"task": "wait"}, thread)["finish_reason"] == "answered"
+            agent.update_state(thread, {"iterations_left": 5})
+            # A run from another thread of this process is outside the block: refused, nothing saved.
+            saved = len(list(saver.list(thread)))
+            runner, outcome = in_background(lambda: agent.invoke({"task": "again"}, thread))
+            runner.join(10)
+            assert isinstance(outcome[0], ThreadBusyError)
+            assert len(list(saver.list(thread))) == saved
+        # The block gave it back.
+        runner, outcome = in_background(lambda: agent.invoke({"task": "again"}, thread))
+        runner.join(10)
+        assert outcome[0]["finish_reason"] == "answered"
+
+
+async def test_an_async_held_thread_is_written_by_the_block_s_runs_and_refused_to_any_other_writer(tmp_path, gate):
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "runs.sqlite")) as saver:
+        agent, _ = gated_agent(saver, gate)
+        thread = new_thread()
+        gate.released.set()
+        async with agent.ahold(thread):
+            assert (await agent.ainvoke({"task": "wait"}, thread))["finish_reason"] == "answered"
+            # A task of its own context, not a copy of the block's, is another writer.
+            other = asyncio.create_task(agent.ainvoke({"task": "again"}, thread), context=contextvars.Context())
+            with pytest.raises(ThreadBusyError):
+                await other
+        assert (await agent.ainvoke({"task": "again"}, thread))["finish_reason"] == "answered"
+
+
+def test_resume_holds_the_thread_from_its_read_to_the_end_of_the_run(tmp_path, monkeypatch):
+    from reinloop import resume
+
+    resume_module = sys.modules["reinloop.resume"]  # the package's `resume` is the function
+    with open_checkpointer(str(tmp_path / "runs.sqlite")) as saver:
+        model = ScriptedChatModel(respond=lambda messages: tool_call("add", {"a": len(messages), "b": 1}))
+        agent = build_agent(model, [add], checkpointer=saver, config=AgentConfig(max_iterations=1))
+        thread = new_thread()
+        assert agent.invoke({"task": "count"}, thread)["finish_reason"] == "max_iterations"
+        held = []
+        prepare = resume_module.prepare_resume
+
+        def spying(*args, **kwargs):
+            # Another writer, between the read of the thread and its run, finds it busy.
+            runner, outcome = in_background(lambda: agent.update_state(thread, {"iterations_left": 9}))
+            runner.join(10)
+            held.append(isinstance(outcome[0], ThreadBusyError))
+            return prepare(*args, **kwargs)
+
+        monkeypatch.setattr(resume_module, "prepare_resume", spying)
+        assert resume(agent, thread, extra_iterations=2)["finish_reason"] == "max_iterations"
+        assert held == [True]

@@ -6,8 +6,9 @@ Runs are saved in a SQLite file in the user's data folder (`--db` or REINLOOP_DB
 or a ``postgresql://`` URL), so any run can be resumed or inspected later by its thread id. Exit codes: one
 per finish reason, from the built-in guards (`reinloop.guards`; 0 answered, 3 max_iterations, 4 error_streak,
 5 dead_loop, 6 token_budget, 7 max_tool_attempts, 8 step_limit, 9 middleware); 2 for a usage or set-up
-problem (one line, no traceback, saved state untouched), 130 for Ctrl-C (saying what was saved and how to
-continue), 1 for an unexpected failure. `python -m reinloop` is the same command.
+problem (one line, no traceback, saved state untouched), 75 when another process is running the thread (busy:
+nothing was run or saved; try again later, or wait with --thread-wait), 130 for Ctrl-C (saying what was saved
+and how to continue), 1 for an unexpected failure. `python -m reinloop` is the same command.
 
 Calls of tools that need approval (`--approve`; by default file_write and db_insert) stop the run until the
 person at the terminal approves, edits or rejects them (`--yes` approves them all).
@@ -24,13 +25,18 @@ import os
 import sys
 from collections.abc import Sequence
 
-from reinloop.errors import ReinloopError
-from reinloop.guards import exit_codes
+from reinloop.errors import ReinloopError, ThreadBusyError
+from reinloop.guards import BUSY_EXIT_CODE, exit_codes
 
-__all__ = ["EXIT_CODES", "INTERRUPTED", "USAGE_ERROR", "CommandError", "Interrupted", "main"]
+__all__ = ["BUSY", "EXIT_CODES", "INTERRUPTED", "USAGE_ERROR", "CommandError", "Interrupted", "main"]
 
 EXIT_CODES: dict[str, int] = exit_codes()
 USAGE_ERROR = 2
+BUSY = BUSY_EXIT_CODE
+BUSY_TEMPLATE = (
+    "thread {exc.thread!r} is being run by another process ({exc.holder}); nothing was run or saved: try again "
+    "once that run ends, or pass --thread-wait SECONDS to wait for it"
+)
 INTERRUPTED = 130  # 128 + SIGINT, as shells report a command ended by Ctrl-C
 
 
@@ -59,6 +65,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         with progress(errors, shown=not getattr(args, "quiet", False)):
             code: int = args.handler(args, console)
         return code
+    except ThreadBusyError as exc:
+        errors.print(Text.assemble(("busy:", "bold yellow"), " " + BUSY_TEMPLATE.format(exc=exc)), soft_wrap=True)
+        return BUSY
     except (CommandError, ReinloopError) as exc:
         errors.print(Text.assemble(error, f" {exc}"), soft_wrap=True)
         return USAGE_ERROR

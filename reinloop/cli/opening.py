@@ -33,6 +33,7 @@ LIMITS = (
     "tool_timeout_s",
     "context_token_budget",
     "run_token_budget",
+    "thread_wait_s",
 )
 
 WORKSPACE_TEMPLATE = "the workspace {workspace} is not a folder ({file} is a file); pass --workspace a folder"

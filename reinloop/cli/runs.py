@@ -55,11 +55,16 @@ def run(args: argparse.Namespace, console: Console) -> int:
         _agent(args, settings, db) as built,
     ):
         config = _run_config(thread, built.settings)
-        if watch.begin(built.agent).next:
-            raise CommandError(f"thread {thread!r} is stopped mid-step; continue it with: {watch.command}")
-        if not args.quiet:
-            display.run_header(console, thread, built.settings["model"], db.location)
-        final = _stream(built, task_input, config, console, args, review.reviewer(console, thread, yes=args.yes))
+        stopped = watch.begin(built.agent).next  # a damaged thread is refused here, before the lease writes
+        # Held from here to the end: another process's run of the thread comes before or after this one.
+        with built.agent.hold(config):
+            # Read again once held: a thread that another process is running is busy, not stopped.
+            if stopped and watch.begin(built.agent).next:
+                raise CommandError(f"thread {thread!r} is stopped mid-step; continue it with: {watch.command}")
+            if not args.quiet:
+                display.run_header(console, thread, built.settings["model"], db.location)
+            answer = review.reviewer(console, thread, yes=args.yes)
+            final = _stream(built, task_input, config, console, args, answer)
         return _finish(final, watch, console, args.quiet)
 
 
@@ -86,12 +91,15 @@ def continue_thread(
             settings["protocol"] = None  # the new preset's protocol, not the one the run was saved with
         with _agent(args, settings, db) as built:
             config = _run_config(args.thread, built.settings)
-            if not args.quiet:
-                display.resume_header(console, args.thread, built.settings["model"])
-            (watch or _Watch(args.thread, args.db)).begin(built.agent)
-            prepared = prepare_resume(built.agent, config, extra_iterations=args.extra_iterations, hint=args.hint)
-            final: dict[str, Any] = _stream(built, None, prepared, console, args, answer)
-            return final
+            # Held from the read of where the thread stopped to the end of the run: a second resume of it waits
+            # at most thread_wait_s, then fails with ThreadBusyError, having written nothing.
+            with built.agent.hold(config):
+                if not args.quiet:
+                    display.resume_header(console, args.thread, built.settings["model"])
+                (watch or _Watch(args.thread, args.db)).begin(built.agent)
+                prepared = prepare_resume(built.agent, config, extra_iterations=args.extra_iterations, hint=args.hint)
+                final: dict[str, Any] = _stream(built, None, prepared, console, args, answer)
+                return final
 
 
 def _given(args: argparse.Namespace) -> dict[str, Any]:

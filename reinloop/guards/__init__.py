@@ -30,6 +30,7 @@ from reinloop.state import FINISH_REASONS
 
 __all__ = [
     "ANSWERED_EXIT_CODE",
+    "BUSY_EXIT_CODE",
     "DEFAULT_GUARDS",
     "RESERVED_EXIT_CODES",
     "DeadLoop",
@@ -64,8 +65,10 @@ DEFAULT_GUARDS: tuple[Guard, ...] = (
     StepLimit(),
 )
 ANSWERED_EXIT_CODE = 0
-# The `reinloop` command's own statuses: 1 a crash, 2 a usage error, 130 Ctrl-C.
-RESERVED_EXIT_CODES = frozenset({ANSWERED_EXIT_CODE, 1, 2, 130})
+# The `reinloop` command's own statuses: 1 a crash, 2 a usage error, 75 a thread another process runs (busy:
+# sysexits' EX_TEMPFAIL, worth trying again later), 130 Ctrl-C.
+BUSY_EXIT_CODE = 75
+RESERVED_EXIT_CODES = frozenset({ANSWERED_EXIT_CODE, 1, 2, BUSY_EXIT_CODE, 130})
 # User guards go before these.
 _LAST = ("max_iterations", "step_limit")
 
@@ -117,7 +120,7 @@ def _check(table: list[Guard]) -> None:
     for guard in enders:
         if guard.exit_code is None or guard.exit_code in RESERVED_EXIT_CODES or not 0 < guard.exit_code < 256:
             raise ConfigurationError(
-                f"guard {guard.name!r} needs an exit_code from 3 to 255 other than 130, got {guard.exit_code!r}"
+                f"guard {guard.name!r} needs an exit_code from 3 to 255 other than 75 and 130, got {guard.exit_code!r}"
             )
         if guard.template is None and type(guard).message is Guard.message:
             raise ConfigurationError(f"guard {guard.name!r} ends runs: give it a template (its final message)")

@@ -72,7 +72,7 @@ class Guard:
 
     Set `name` (unique among the guards in use; a guard given to `build_agent` with a built-in guard's name
     replaces it), and for a guard that ends runs `reason` (its finish reason, also unique), `exit_code`
-    (the `reinloop` command's exit status: not 0, 1, 2 or 130) and `template` (the final message; it may use
+    (the `reinloop` command's exit status: not 0, 1, 2, 75 or 130) and `template` (the final message; it may use
     `common_fields` and the guard's own `fields`).
     """
 
