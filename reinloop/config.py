@@ -18,6 +18,7 @@ from reinloop.tools.execution import MAX_TIMEOUT_S, wait_problem
 __all__ = [
     "DEFAULT_REPLY_TOKENS",
     "MAX_BACKOFF_S",
+    "MAX_ITERATIONS",
     "MAX_PARSE_RETRIES",
     "AgentConfig",
     "Durability",
@@ -32,6 +33,10 @@ Durability = Literal["sync", "async", "exit"]
 # What the repeat guards count as the same call: the tool with the same canonical arguments, or the tool.
 LoopKey = Literal["call", "tool"]
 
+# The most rounds one run (or one resume's fresh budget) may be given. Counts reach the checkpoint (msgpack stores
+# 64-bit integers, wider ones fail the step that saves them) and LangGraph's recursion limit (16 steps a round):
+# a million rounds keeps both, and budgets derived from them, far inside those ranges, and no real run nears it.
+MAX_ITERATIONS = 1_000_000
 # More immediate retries of an unparsable reply than this only burn tokens; the bound also bounds the graph
 # steps a round can take.
 MAX_PARSE_RETRIES = 5
@@ -59,7 +64,9 @@ class AgentConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    max_iterations: int = Field(20, ge=1, description="Decision rounds per run before a circuit break.")
+    max_iterations: int = Field(
+        20, ge=1, le=MAX_ITERATIONS, description="Decision rounds per run before a circuit break."
+    )
     error_threshold: int = Field(
         3,
         ge=1,

@@ -11,6 +11,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.pregel.remote import RemoteGraph
 from langgraph.types import StateSnapshot
 
+from reinloop.config import MAX_ITERATIONS
 from reinloop.errors import ConfigurationError, ResumeError
 from reinloop.graph import CHECK_FINISH, CompiledAgent, recursion_limit
 from reinloop.guards import DEFAULT_GUARDS, fresh_budgets
@@ -70,8 +71,11 @@ def prepare_resume(
     thread_id = (config.get("configurable") or {}).get("thread_id")
     if thread_id is None:
         raise ResumeError('config needs the thread to resume: {"configurable": {"thread_id": ...}}')
-    if extra_iterations is not None and extra_iterations < 1:
-        raise ConfigurationError(f"extra_iterations must be at least 1, got {extra_iterations!r}")
+    if extra_iterations is not None and not 1 <= extra_iterations <= MAX_ITERATIONS:
+        raise ConfigurationError(
+            f"extra_iterations must be at least 1 and at most {MAX_ITERATIONS:,} (reinloop.config.MAX_ITERATIONS), "
+            f"got {extra_iterations!r}"
+        )
     snapshot = _saved(agent, config, thread_id)
     values = snapshot.values
     if not values:

@@ -28,6 +28,7 @@ def test_defaults_match_the_seeds():
     ("values", "mentions"),
     [
         ({"max_iterations": 0}, "max_iterations"),
+        ({"max_iterations": 10**26}, "max_iterations: Input should be less than or equal to 1000000"),
         ({"error_threshold": -1}, "error_threshold"),
         ({"tool_timeout_s": 0}, "tool_timeout_s"),
         ({"protocol": "xml"}, "protocol"),
@@ -37,6 +38,7 @@ def test_defaults_match_the_seeds():
     ],
     ids=[
         "zero-iterations",
+        "iterations-past-the-limit",
         "negative-threshold",
         "zero-timeout",
         "unknown-protocol",

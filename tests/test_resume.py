@@ -14,6 +14,7 @@ from langgraph.types import Command
 
 from reinloop import ConfigurationError, ResumeError, build_agent, resume
 from reinloop.checkpoint import open_checkpointer
+from reinloop.config import MAX_ITERATIONS
 from reinloop.testing import ScriptedChatModel, tool_call
 from tests.conftest import THREAD, add, make_agent, new_thread
 
@@ -82,8 +83,17 @@ def test_resume_after_a_dead_loop_forgets_the_recent_calls():
         ("none", {"configurable": {"thread_id": "never-ran"}}, ResumeError, "no saved state for thread 'never-ran'"),
         ("answered", THREAD, ResumeError, "already answered"),
         ("broken", {**THREAD, "extra": 0}, ConfigurationError, "extra_iterations must be at least 1"),
+        ("broken", {**THREAD, "extra": MAX_ITERATIONS + 1}, ConfigurationError, "at most 1,000,000"),
+        ("broken", {**THREAD, "extra": 10**26}, ConfigurationError, "MAX_ITERATIONS"),
     ],
-    ids=["no-thread-id", "unknown-thread", "answered-thread", "zero-extra"],
+    ids=[
+        "no-thread-id",
+        "unknown-thread",
+        "answered-thread",
+        "zero-extra",
+        "extra-over-the-limit",
+        "extra-past-64-bits",
+    ],
 )
 def test_resume_refuses_what_it_cannot_do(setup, config, error, message):
     script = {"none": [], "answered": ["done"], "broken": [tool_call("nope")] * 4}[setup]
