@@ -26,6 +26,7 @@ __all__ = [
     "is_postgres_url",
     "is_unreadable",
     "open_checkpointer",
+    "read_only_checkpointer",
     "sqlite_checkpointer",
 ]
 
@@ -42,6 +43,9 @@ _DAMAGED_SQLITE = {sqlite3.SQLITE_NOTADB: "not a SQLite database", sqlite3.SQLIT
 # What reading a damaged row raises: the serializer's and json's errors on bad bytes (NotImplementedError for an
 # unknown type tag), and LangGraph's own where the bytes decode to something other than what it saved.
 _DECODING_ERRORS = (ValueError, TypeError, LookupError, AttributeError, NotImplementedError)
+# How long a read-only connection waits for a lock. Readers of a WAL file never wait for a writer's transaction,
+# only for the rare moment a writer resets the WAL: a page read waits that long, never a writer's whole step.
+READ_WAIT_S = 1.0
 # The parts of a checkpoint LangGraph reads as mappings.
 _CHECKPOINT_MAPPINGS = ("channel_values", "channel_versions", "versions_seen")
 
@@ -223,6 +227,51 @@ def open_checkpointer(db: str | Path) -> Iterator[BaseCheckpointSaver[Any]]:
         yield saver
     finally:
         saver.conn.close()
+
+
+@contextlib.contextmanager
+def read_only_checkpointer(db: str | Path) -> Iterator[BaseCheckpointSaver[Any]]:
+    """A checkpointer that only reads `db` (a SQLite path or a ``postgresql://`` URL), closed afterwards: what a
+    reader beside running writers (`reinloop inspect`) opens.
+
+    SQLite: a read-only connection that sets nothing up and waits at most `READ_WAIT_S` for a lock, so it reads
+    the last committed checkpoint while a run writes; a file without LangGraph's tables yet reads as empty.
+    PostgreSQL's readers never wait for writers: it is `open_checkpointer`'s saver.
+    """
+    if is_postgres_url(db):
+        with open_checkpointer(db) as postgres:
+            yield postgres
+        return
+    path = Path(db)
+    _check_sqlite_file(path)
+    saver = _SqliteSaver(_read_only(path), path)
+    try:
+        _set_up_for_reading(saver)
+        yield saver
+    finally:
+        saver.conn.close()
+
+
+def _read_only(path: Path) -> sqlite3.Connection:
+    if not path.exists() or not set(SQLITE_TABLES) <= _sqlite_tables(path):
+        return sqlite3.connect(":memory:", check_same_thread=False)  # nothing saved yet: read as empty
+    try:
+        uri = f"{path.resolve().as_uri()}?mode=ro"
+        # check_same_thread=False is safe: SqliteSaver serializes access with its own lock.
+        return sqlite3.connect(uri, uri=True, timeout=READ_WAIT_S, check_same_thread=False)
+    except sqlite3.Error as exc:
+        raise CheckpointError(f"cannot read the SQLite database at {path}: {_one_line(exc)}") from exc
+
+
+def _set_up_for_reading(saver: _SqliteSaver) -> None:
+    """Make `saver` read without `setup`, which would write (switch to WAL, add LangGraph's tables and columns)."""
+    tables = {row[0] for row in saver.conn.execute(_TABLES_SQL)}
+    if not tables:
+        saver.setup()  # the empty in-memory stand-in
+        return
+    columns = {row[0] for row in saver.conn.execute("SELECT name FROM pragma_table_info('writes')")}
+    saver._has_task_path = "task_path" in columns  # as `setup` finds it on a read-only file
+    saver.is_setup = True
 
 
 @contextlib.contextmanager

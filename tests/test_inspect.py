@@ -3,9 +3,13 @@ against a scripted OpenAI-compatible server, the page's actions, and the command
 (tests/test_inspect_timeline.py: the timeline; tests/test_inspect_browser.py: the page in Chromium)."""
 
 import io
+import json
+import os
 import shutil
 import socket
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 from unittest import mock
@@ -14,6 +18,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from reinloop.cli import main
+from reinloop.config import MAX_ITERATIONS
 from reinloop.inspect import inspect_app
 from reinloop.inspect.actions import ActionError, answer_from_form
 from tests.openai_server import ScriptedOpenAIServer
@@ -218,12 +223,30 @@ def test_a_request_for_another_host_name_is_refused(runs):
     assert client(runs).get("/", headers={"host": "localhost:8765"}).status_code == 200
 
 
-def test_extra_iterations_that_are_not_a_number_are_refused(own_runs):
+@pytest.mark.parametrize(
+    "given",
+    ["lots", "0", "-3", str(MAX_ITERATIONS + 1), "99999999999999999999999999", "9" * 5000],
+    ids=["not-a-number", "zero", "negative", "one-past-the-limit", "past-64-bits", "past-python-s-digits"],
+)
+def test_extra_iterations_outside_the_library_s_limit_are_a_400_naming_it(own_runs, given):
     app = client(own_runs, allow_actions=True)
     token = token_of(app.get("/thread/broken").text)
-    refused = app.post("/resume/broken", data={"token": token, "extra_iterations": "lots"})
-    assert refused.status_code == 400 and "whole number of at least 1, not &#39;lots&#39;" in refused.text
+    refused = app.post("/resume/broken", data={"token": token, "extra_iterations": given})
+    assert refused.status_code == 400
+    assert "whole number of at least 1 and at most 1,000,000 (reinloop.config.MAX_ITERATIONS)" in refused.text
     assert app.get("/status/broken").json()["job"] is None
+
+
+def test_the_resume_command_refuses_extra_iterations_past_the_same_limit(runs, capsys):
+    with pytest.raises(SystemExit) as exited:
+        command("resume", "broken", "--db", str(runs), "--extra-iterations", "99999999999999999999999999")
+    assert exited.value.code == 2 and "at most 1,000,000 (reinloop.config.MAX_ITERATIONS)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("page", ["99999999999999999999999999", "9" * 5000, "-1", "0"])
+def test_any_page_number_shows_a_page_of_the_list(runs, page):
+    listed = client(runs, page_size=2).get(f"/?page={page}")
+    assert listed.status_code == 200 and "of 2" in listed.text
 
 
 def test_threads_saved_in_postgres_are_listed_and_shown(server, postgres_url, tmp_path):
@@ -381,3 +404,149 @@ def test_the_command_serves_until_ctrl_c_and_then_exits_cleanly(runs):
     finally:
         if served.poll() is None:
             served.kill()
+
+
+# rows that cannot be read ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stored", ["CAST(? AS TEXT)", "?"], ids=["text-that-is-not-utf8", "a-blob"])
+def test_a_thread_id_that_is_not_utf8_is_listed_as_unreadable_and_its_page_is_a_404(own_runs, stored):
+    with sqlite3.connect(own_runs) as conn:
+        conn.execute(
+            "INSERT INTO checkpoints SELECT " + stored + ", checkpoint_ns, checkpoint_id, parent_checkpoint_id, "
+            "type, checkpoint, metadata FROM checkpoints WHERE thread_id = 'answered'",
+            (b"bad-\xff\xfe",),
+        )
+    app = client(own_runs)
+    listed = app.get("/")
+    assert listed.status_code == 200 and "/thread/waiting" in listed.text and "4 in all" in listed.text
+    assert "unreadable: this thread&#39;s id is not UTF-8 text (b&#39;bad-\\xff\\xfe&#39;)" in listed.text
+    for path in ["/thread/bad-%FF%FE", "/status/bad-%FF%FE", "/fragment/bad-%FF%FE"]:
+        page = app.get(path)
+        assert page.status_code == 404 and "not UTF-8 text is listed as unreadable" in page.text, path
+
+
+def test_a_damaged_checkpoint_is_a_row_saying_so_in_the_list(tmp_path):
+    path = tmp_path / "runs.sqlite"
+    saved_thread(path, "t-damaged")
+    saved_thread(path, "t-fine")
+    damage(path, "t-damaged", "truncated")
+    listed = client(path).get("/")
+    assert listed.status_code == 200 and "/thread/t-fine" in listed.text
+    assert "unreadable: t-damaged" in listed.text.replace("thread &#39;t-damaged&#39;", "t-damaged")
+
+
+def test_a_page_over_an_empty_database_file_lists_nothing_and_leaves_the_file_as_it_was(tmp_path):
+    empty = tmp_path / "runs.sqlite"
+    empty.touch()
+    assert "No threads yet" in client(empty).get("/").text
+    assert client(empty).get("/thread/t").status_code == 404
+    assert empty.stat().st_size == 0 and sorted(tmp_path.iterdir()) == [empty]
+
+
+# a running writer, another process's lease, a thread started from Python -----------------------------------
+
+
+def library_process(*args: str) -> subprocess.Popen[str]:
+    """`python -m tests.inspect_writer ARGS`, once it has said it started (run) or holds the lease (hold)."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    process = subprocess.Popen([sys.executable, "-m", "tests.inspect_writer", *args], stdout=subprocess.PIPE,
+                               text=True, env=env)  # fmt: skip
+    assert process.stdout is not None and process.stdout.readline().strip() in ("started", "held")
+    return process
+
+
+@pytest.fixture
+def writer(own_runs):
+    """A library process running thread "busy" in `own_runs` for minutes, a checkpoint every few milliseconds."""
+    process = library_process("run", str(own_runs), "busy", "100000", "0.005")
+    yield process
+    process.kill()
+    process.wait()
+
+
+def timed(app: TestClient, path: str) -> tuple[int, float, str]:
+    began = time.perf_counter()
+    page = app.get(path)
+    return page.status_code, time.perf_counter() - began, page.text
+
+
+def test_pages_answer_in_bounded_time_while_a_writer_runs_on_the_thread(own_runs, writer):
+    app = client(own_runs, history_window=200)
+    time.sleep(2)  # hundreds of checkpoints: more than the page reads
+    for _ in range(4):
+        for path in ["/thread/busy", "/fragment/busy", "/status/busy", "/"]:
+            status, seconds, text = timed(app, path)
+            assert status == 200 and seconds < 15, (path, seconds)
+        time.sleep(0.5)  # the writer adds hundreds more meanwhile
+    assert "Its latest 200 checkpoints" in text or "Its latest 200 checkpoints" in app.get("/thread/busy").text
+    assert writer.poll() is None  # it was writing all along
+
+
+def test_a_resume_or_approval_for_a_thread_another_process_holds_is_busy(server, own_runs):
+    app = client(own_runs, allow_actions=True, no_memory=True)
+    page = app.get("/thread/waiting").text
+    interrupt = page.split('name="interrupt_id" value="', 1)[1].split('"', 1)[0]
+    holders = [library_process("hold", str(own_runs), thread, "60") for thread in ("broken", "waiting")]
+    try:
+        resumed = app.post("/resume/broken", data={"token": token_of(page), "extra_iterations": "3"})
+        approved = app.post("/approve/waiting", data={"token": token_of(page), "interrupt_id": interrupt,
+                                                      "action": "approve"})  # fmt: skip
+    finally:
+        for holder in holders:
+            holder.kill()
+            holder.wait()
+    for refused, holder in zip([resumed, approved], holders, strict=True):
+        assert refused.status_code == 409 and "busy, nothing was run" in refused.text
+        assert f"pid {holder.pid}" in refused.text and "Try again once that run has ended" in refused.text
+    assert app.get("/status/broken").json()["job"] is None and app.get("/status/waiting").json()["job"] is None
+
+
+def test_a_job_that_finds_its_thread_taken_meanwhile_says_busy(own_runs, monkeypatch):
+    from reinloop.inspect.actions import Jobs
+
+    monkeypatch.setattr(Jobs, "_ready", lambda self, thread: [])  # the page looked before the holder took it
+    app = client(own_runs, allow_actions=True, no_memory=True)
+    token = token_of(app.get("/thread/broken").text)
+    holder = library_process("hold", str(own_runs), "broken", "60")
+    try:
+        app.post("/resume/broken", data={"token": token, "extra_iterations": "3"})
+        status = wait_for_job(app, "broken")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert status["job"].startswith("busy busy, nothing was run") and f"pid {holder.pid}" in status["job"]
+    assert 'class="job job-busy"' in app.get("/thread/broken").text
+
+
+@pytest.fixture
+def from_python(own_runs) -> str:
+    """A thread of `own_runs` that a library process ran into max_iterations: no saved model."""
+    finished = library_process("run", str(own_runs), "from-python", "1", "0")
+    assert json.loads(finished.communicate(timeout=60)[0])["finish_reason"] == "max_iterations"
+    return "from-python"
+
+
+def test_resuming_a_thread_started_from_python_needs_the_page_s_model(server, own_runs, from_python):
+    app = client(own_runs, allow_actions=True, no_memory=True)
+    token = token_of(app.get(f"/thread/{from_python}").text)
+    refused = app.post(f"/resume/{from_python}", data={"token": token, "extra_iterations": "2"})
+    assert refused.status_code == 409 and "was not started by the reinloop command" in refused.text
+    assert "reinloop inspect --allow-actions --model MODEL" in refused.text and "--base-url" in refused.text
+    assert "local extra" not in refused.text and app.get(f"/status/{from_python}").json()["job"] is None
+
+    app = client(own_runs, allow_actions=True, no_memory=True, base_url=server.base_url)
+    server.replies = ["Rested."]
+    app.post(
+        f"/resume/{from_python}", data={"token": token_of(app.get("/thread/broken").text), "extra_iterations": "2"}
+    )
+    assert wait_for_job(app, from_python)["job"] == "done answered"
+    assert "Rested." in app.get(f"/thread/{from_python}").text
+
+
+def test_the_command_passes_its_model_to_the_page(monkeypatch, runs):
+    served = {}
+    monkeypatch.setattr("uvicorn.run", lambda app, **options: served.update(app=app))
+    assert main(["inspect", "--db", str(runs), "--model", "m", "--base-url", "http://127.0.0.1:9/v1"]) == 0
+    jobs = next(route.endpoint.__self__.jobs for route in served["app"].routes if hasattr(route, "endpoint"))
+    assert jobs.model_words == ["--model", "m", "--base-url", "http://127.0.0.1:9/v1"]

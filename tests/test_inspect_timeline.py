@@ -75,17 +75,32 @@ def test_a_history_read_again_as_its_thread_moves_on_reads_as_a_fresh_read(monke
     histories = Histories()
     assert view(agent.checkpointer, "t", histories).status.finish_reason == "max_iterations"
     resume(agent, config, extra_iterations=2)
-    limits, since = [], reading._since
+    reads, since = [], reading._since
 
-    def counted_since(*args, limit):
-        limits.append(limit)
-        return since(*args, limit=limit)
+    def counted_since(*args):
+        new, found = since(*args)
+        reads.append((len(new), found))
+        return new, found
 
     monkeypatch.setattr(reading, "_since", counted_since)
     again, fresh = view(agent.checkpointer, "t", histories), view(agent.checkpointer, "t")
-    assert limits == [Histories.FEW, None]  # the second read from the first's; the fresh one whole
+    (new, found), (whole, _) = reads
+    assert found and new < whole  # the second read only what is new since the first; the fresh one all of it
     assert again.timeline == fresh.timeline and again.status == fresh.status
-    assert again.status.finish_reason == "answered"
+    assert again.status.finish_reason == "answered" and not again.earlier
+
+
+def test_a_long_thread_s_page_reads_its_latest_checkpoints_only():
+    agent = agent_with([tool_call("add", {"a": n, "b": 1}) for n in range(6)], max_iterations=6)
+    agent.invoke({"task": "add"}, {"configurable": {"thread_id": "t"}})
+    histories = Histories(window=12)
+    shown = view(agent.checkpointer, "t", histories)
+    assert shown.earlier and len(histories.snapshots(agent_topology(agent.checkpointer), "t")) == 12
+    assert shown.status.finish_reason == "max_iterations" and shown.timeline.stopped_at == "circuit_break"
+    whole = view(agent.checkpointer, "t")
+    # The rounds read whole have their own tokens; the first, read in part, none of the earlier rounds'.
+    (first, partial), *rest = shown.tokens
+    assert not whole.earlier and whole.tokens[-len(rest) :] == rest and partial <= dict(whole.tokens)[first]
 
 
 def test_answers_from_cache_and_parse_retries_are_events_of_their_round():

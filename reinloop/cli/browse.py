@@ -29,7 +29,8 @@ def inspect(args: argparse.Namespace, console: Console) -> int:
 
     # Served beyond this machine (--host 0.0.0.0, an address of its own), it answers any host name.
     hosts = LOOPBACK if args.host in LOOPBACK else ["*"]
-    app = inspect_app(args.db, allow_actions=args.allow_actions, no_memory=args.no_memory, hosts=hosts)
+    app = inspect_app(args.db, allow_actions=args.allow_actions, no_memory=args.no_memory, hosts=hosts,
+                      model=args.model, base_url=args.base_url)  # fmt: skip
     mode = "actions allowed: resume and approvals" if args.allow_actions else "read-only"
     console.print(Text.assemble(("reinloop inspect", "bold"), f" on http://{args.host}:{args.port}/ ",
                                 (f"({mode}; Ctrl-C stops it)", "dim")))  # fmt: skip

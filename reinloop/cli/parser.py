@@ -11,8 +11,9 @@ from reinloop.eval.run import REPORTING_SEEDS
 from reinloop.eval.simulated import EXTRA_FAULT_RATE, EXTRA_FAULTS
 from reinloop.presets import PRESETS, canonical_name
 from reinloop.protocols import PROTOCOLS
+from reinloop.text import truncate
 
-__all__ = ["DRAW_FORMATS", "PRESET_CHOICES", "PROTOCOL_CHOICES", "build_parser"]
+__all__ = ["DRAW_FORMATS", "PRESET_CHOICES", "PROTOCOL_CHOICES", "build_parser", "rounds"]
 
 PROTOCOL_CHOICES = list(PROTOCOLS)
 PRESET_CHOICES = list(PRESETS)
@@ -34,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
         "resume", parents=[database, agent], help="continue a thread after a circuit break or a crash"
     )
     resume.add_argument("thread")
-    resume.add_argument("--extra-iterations", type=int, help="rounds to add (default: max_iterations)")
+    resume.add_argument("--extra-iterations", type=rounds, help="rounds to add (default: max_iterations)")
     resume.add_argument("--hint", help="a hint for the model")
     resume.add_argument("--workspace", type=Path, help="folder the tools work in (default: the run's)")
     resume.set_defaults(handler=commands.resume)
@@ -61,6 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="let the page resume a break and answer approvals, as 'reinloop resume' does (default: read-only)",
     )
     inspect.add_argument("--no-memory", action="store_true", help="runs resumed from the page get no long-term memory")
+    inspect.add_argument(
+        "--model", help="the model that resumes threads saved without one (started from Python, not by 'reinloop run')"
+    )
+    inspect.add_argument("--base-url", help="an OpenAI-compatible server for those threads, as 'reinloop run' takes it")
     inspect.set_defaults(handler=commands.inspect)
 
     prune = subcommands.add_parser(
@@ -142,6 +147,22 @@ def build_parser() -> argparse.ArgumentParser:
     graph.add_argument("-o", "--output", type=Path, help="file to write (needed for png and svg)")
     graph.set_defaults(handler=commands.graph)
     return parser
+
+
+def rounds(text: str) -> int:
+    """A count of rounds as `reinloop.resume` takes it: a whole number from 1 to MAX_ITERATIONS."""
+    from reinloop.config import MAX_ITERATIONS
+
+    try:
+        number = int(text)
+    except ValueError:  # not a number, or more digits than Python reads
+        number = None
+    if number is None or not 1 <= number <= MAX_ITERATIONS:
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number of at least 1 and at most {MAX_ITERATIONS:,} (reinloop.config.MAX_ITERATIONS), "
+            f"not {truncate(text, 40)!r}"
+        )
+    return number
 
 
 def _grid_options(evaluation: argparse.ArgumentParser) -> None:

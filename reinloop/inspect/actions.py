@@ -1,7 +1,9 @@
 """What `reinloop inspect --allow-actions` does for the page's buttons: resume a thread after a break (extra
 iterations and a hint), or answer a call waiting for approval (approve, edit, reject). Each runs the code of
 `reinloop resume` (`reinloop.cli.runs.continue_thread`, the agent rebuilt from the thread's saved settings)
-in a background thread, one at a time per thread; the page follows it through its live updates."""
+in a background thread, one at a time per thread; the page follows it through its live updates. A thread
+another process is running, or one whose model the page does not know, is refused before any job starts.
+"""
 
 from __future__ import annotations
 
@@ -14,14 +16,25 @@ from typing import Any, Literal
 
 from langgraph.types import Interrupt
 
-__all__ = ["ANSWER_ACTIONS", "ActionError", "Job", "Jobs", "answer_from_form"]
+__all__ = ["ANSWER_ACTIONS", "BUSY_TEMPLATE", "NO_MODEL_TEMPLATE", "ActionError", "Job", "Jobs", "answer_from_form"]
 
 ANSWER_ACTIONS = ("approve", "edit", "reject")
+NO_MODEL_TEMPLATE = (
+    "thread {thread!r} was not started by the reinloop command (it was run from Python), so this page does not "
+    "know its model and cannot resume it. Start the page with the model to resume such threads with: reinloop "
+    "inspect --allow-actions --model MODEL (e.g. openai:gpt-4o-mini), or --base-url URL for an OpenAI-compatible "
+    "server (with --model NAME if it serves several)"
+)
+BUSY_TEMPLATE = "busy, nothing was run: {error}. Try again once that run has ended"
 
 
 class ActionError(Exception):
     """A request the page cannot carry out as sent (a bad number, arguments that are not a JSON object, a
-    thread already running): said on the page."""
+    thread already running, here or in another process): said on the page with the HTTP `status`."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass
@@ -30,7 +43,7 @@ class Job:
 
     thread: str
     what: str  # "resume" or "approval"
-    state: Literal["running", "done", "failed"] = "running"
+    state: Literal["running", "done", "failed", "busy"] = "running"  # busy: another process runs the thread
     message: str = ""  # how it ended: its finish reason, "waiting for approval", or the error
     output: io.StringIO = field(default_factory=io.StringIO)  # the steps, as `reinloop resume` prints them
 
@@ -42,8 +55,12 @@ class Job:
 class Jobs:
     """The runs started from the page, by thread: the latest of each, one running at a time."""
 
-    def __init__(self, db: str | None, *, no_memory: bool = False) -> None:
+    def __init__(
+        self, db: str | None, *, no_memory: bool = False, model: str | None = None, base_url: str | None = None
+    ) -> None:
         self.db, self.no_memory = db, no_memory
+        # The model of threads that saved none (started from Python), as `reinloop resume --model/--base-url`.
+        self.model_words = [*(["--model", model] if model else []), *(["--base-url", base_url] if base_url else [])]
         self._jobs: dict[str, Job] = {}
         self._answers: dict[str, dict[str, dict[str, Any]]] = {}  # by thread, the answers given by interrupt id
         self._lock = threading.Lock()
@@ -78,15 +95,41 @@ class Jobs:
     def _start(self, thread: str, what: str, words: list[str], answers: dict[str, dict[str, Any]]) -> Job:
         from reinloop.cli.parser import build_parser
 
+        self._not_running(thread)
+        argv = ["resume", thread, *(["--db", self.db] if self.db else []), *words, *self._ready(thread)]
+        args = build_parser().parse_args([*argv, *(["--no-memory"] if self.no_memory else [])])
         with self._lock:
-            running = self._jobs.get(thread)
-            if running is not None and running.state == "running":
-                raise ActionError(f"thread {thread!r} is already running from this page; wait for it to stop")
-            argv = ["resume", thread, *(["--db", self.db] if self.db else []), *words]
-            args = build_parser().parse_args([*argv, *(["--no-memory"] if self.no_memory else [])])
+            self._not_running(thread)
             job = self._jobs[thread] = Job(thread, what)
         threading.Thread(target=_run, args=(job, args, answers), name=f"reinloop-inspect-{what}", daemon=True).start()
         return job
+
+    def _not_running(self, thread: str) -> None:
+        running = self._jobs.get(thread)
+        if running is not None and running.state == "running":
+            raise ActionError(f"thread {thread!r} is already running from this page; wait for it to stop", 409)
+
+    def _ready(self, thread: str) -> list[str]:
+        """The words `thread`'s resume needs beside the page's (its model, when it saved none), once no other
+        process holds it; ActionError when it cannot start."""
+        from reinloop.cli import CommandError
+        from reinloop.cli.opening import _database
+        from reinloop.cli.runs import _saved_settings
+        from reinloop.errors import ThreadBusyError
+        from reinloop.lease import hold_thread
+
+        try:
+            with _database(self.db, must_exist=True) as db:
+                settings = _saved_settings(db, thread)
+                with hold_thread(db.saver, thread, 0):  # taken and given back at once: who else holds it
+                    pass
+                if not (settings["model"] or settings["base_url"] or self.model_words):
+                    raise ActionError(NO_MODEL_TEMPLATE.format(thread=thread), 409)
+        except CommandError as exc:
+            raise ActionError(str(exc), 404) from None
+        except ThreadBusyError as exc:
+            raise ActionError(BUSY_TEMPLATE.format(error=exc), 409) from None
+        return [] if settings["model"] or settings["base_url"] else self.model_words
 
 
 def _run(job: Job, args: Any, answers: dict[str, dict[str, Any]]) -> None:
@@ -94,7 +137,7 @@ def _run(job: Job, args: Any, answers: dict[str, dict[str, Any]]) -> None:
 
     from reinloop.cli import CommandError
     from reinloop.cli.runs import continue_thread
-    from reinloop.errors import ReinloopError
+    from reinloop.errors import ReinloopError, ThreadBusyError
 
     console = Console(file=job.output, width=120, highlight=False, color_system=None)
 
@@ -105,6 +148,8 @@ def _run(job: Job, args: Any, answers: dict[str, dict[str, Any]]) -> None:
 
     try:
         final = continue_thread(args, console, answer)
+    except ThreadBusyError as exc:  # another process took the thread after the page looked
+        job.state, job.message = "busy", BUSY_TEMPLATE.format(error=exc)
     except (CommandError, ReinloopError) as exc:
         job.state, job.message = "failed", str(exc)
     except Exception as exc:  # a model server failing mid-run: said on the page, the saved steps stay

@@ -4,8 +4,9 @@ by Jinja2 (every text escaped), its CSS and script shipped in the package.
 Pages: the threads, newest first (``/?page=N``); one thread (``/thread/ID``: graph, timeline, tokens per
 round), whose script polls ``/status/ID`` and redraws from ``/fragment/ID`` when the thread moves on. With
 `allow_actions` only, ``POST /resume/ID`` and ``POST /approve/ID`` (forms carrying the app's token, from a
-page of the same origin) run `reinloop.inspect.actions`; otherwise they answer 403. The database is opened
-for each request, so a run in progress, a missing file or a damaged one is seen as it is now.
+page of the same origin) run `reinloop.inspect.actions`; otherwise they answer 403. Pages open the database
+read-only for each request (`read_only_checkpointer`), so a run in progress, a missing file or a damaged one
+is seen as it is now, and a page never waits for a writer.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ NO_DATABASE_TEMPLATE = (
     "There is no runs database at {location}. Start a run that saves there, e.g. "
     'reinloop run "What is 2 + 3?" --db {location}, or give the database with --db.'
 )
+NOT_TEXT_NOTE = " A thread whose id is not UTF-8 text is listed as unreadable: no address can name it."
 READ_ONLY = (
     "This page is read-only: start it with 'reinloop inspect --allow-actions' to resume runs and answer approvals."
 )
@@ -64,6 +66,8 @@ class _Settings:
     allow_actions: bool
     token: str  # carried by the action forms
     page_size: int  # threads listed to a page
+    max_rounds: int  # the most extra iterations a resume takes (MAX_ITERATIONS)
+    history_window: int  # the most checkpoints a thread's page reads
 
 
 def inspect_app(
@@ -73,17 +77,25 @@ def inspect_app(
     no_memory: bool = False,
     hosts: Sequence[str] = LOOPBACK,
     page_size: int = reading.PAGE_SIZE,
+    model: str | None = None,
+    base_url: str | None = None,
+    history_window: int = reading.HISTORY_WINDOW,
 ) -> Starlette:
     """The app over the runs database `db` (a SQLite path or a ``postgresql://`` URL; None: REINLOOP_DB, else
     the user data folder), read-only unless `allow_actions`; runs resumed from it have no long-term memory
-    store with `no_memory`. It answers requests for the host names in `hosts` only (``["*"]``: any), and lists
-    `page_size` threads to a page."""
+    store with `no_memory`, and threads that saved no model (started from Python) are resumed with `model`
+    and `base_url` (as ``reinloop resume --model/--base-url``). It answers requests for the host names in
+    `hosts` only (``["*"]``: any), lists `page_size` threads to a page, and shows a thread's latest
+    `history_window` checkpoints."""
     from reinloop.checkpoint import database_label
     from reinloop.cli.opening import default_db
+    from reinloop.config import MAX_ITERATIONS
 
     location = database_label(db or default_db())
-    settings = _Settings(db, location, allow_actions, secrets.token_urlsafe(24), page_size)
-    pages = _Pages(settings, Jobs(db, no_memory=no_memory), _templates())
+    settings = _Settings(db, location, allow_actions, secrets.token_urlsafe(24), page_size, MAX_ITERATIONS,
+                         history_window)  # fmt: skip
+    jobs = Jobs(db, no_memory=no_memory, model=model, base_url=base_url)
+    pages = _Pages(settings, jobs, _templates())
     routes = [
         Route("/", pages.threads),
         Route("/thread/{thread:path}", pages.thread),
@@ -116,7 +128,7 @@ class _Pages:
 
     def __init__(self, settings: _Settings, jobs: Jobs, templates: jinja2.Environment) -> None:
         self.settings, self.jobs, self.templates = settings, jobs, templates
-        self.histories = reading.Histories()
+        self.histories = reading.Histories(window=settings.history_window)
 
     # reading ------------------------------------------------------------------------------------------
 
@@ -161,9 +173,7 @@ class _Pages:
     async def resume(self, request: Request) -> Response:
         thread, form = request.path_params["thread"], await self._form(request)
         given = str(form.get("extra_iterations") or "").strip()
-        extra = _number(given)
-        if given and extra is None:
-            raise Problem(400, "Not done", f"Extra iterations must be a whole number of at least 1, not {given!r}.")
+        extra = _rounds(given) if given else None
         self._act(lambda: self.jobs.resume(thread, extra, str(form.get("hint") or "").strip() or None))
         return RedirectResponse(f"/thread/{quote(thread)}", status_code=303)
 
@@ -191,7 +201,7 @@ class _Pages:
         try:
             start()
         except ActionError as exc:
-            raise Problem(400, "Not done", str(exc)) from None
+            raise Problem(exc.status, "Not done", str(exc)) from None
 
     # errors -------------------------------------------------------------------------------------------
 
@@ -212,27 +222,40 @@ class _Pages:
 
     @contextmanager
     def _saver(self) -> Iterator[Any]:
-        """The runs database's checkpointer, opened for one request."""
-        from reinloop.cli import CommandError
-        from reinloop.cli.opening import _database
+        """The runs database's checkpointer, opened read-only for one request."""
+        from reinloop.checkpoint import is_postgres_url, read_only_checkpointer
+        from reinloop.cli.opening import default_db
         from reinloop.errors import ReinloopError
 
+        where = self.settings.db or default_db()
+        if not is_postgres_url(where) and not Path(where).exists():
+            raise Problem(404, "No runs database", NO_DATABASE_TEMPLATE.format(location=self.settings.location))
         try:
-            with _database(self.settings.db, must_exist=True) as db:
-                yield db.saver
-        except CommandError:
-            raise Problem(
-                404, "No runs database", NO_DATABASE_TEMPLATE.format(location=self.settings.location)
-            ) from None
+            with read_only_checkpointer(where) as saver:
+                yield saver
         except ReinloopError as exc:
             raise Problem(500, "The runs database cannot be read", str(exc)) from None
 
     def _unknown(self, thread: str) -> Problem:
-        return Problem(404, "Unknown thread", f"There is no thread {thread!r} in {self.settings.location}.")
+        # A path's %-escapes that are not UTF-8 arrive as U+FFFD: no page can name a thread whose id is not text.
+        note = NOT_TEXT_NOTE if "\ufffd" in thread else ""
+        return Problem(404, "Unknown thread", f"There is no thread {thread!r} in {self.settings.location}.{note}")
 
     def _page(self, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
         html = self.templates.get_template(name).render(settings=self.settings, **context)
         return HTMLResponse(html, status_code=status_code)
+
+
+def _rounds(given: str) -> int:
+    """The form's extra iterations, checked as `reinloop resume --extra-iterations` checks them."""
+    from argparse import ArgumentTypeError
+
+    from reinloop.cli.parser import rounds
+
+    try:
+        return rounds(given)
+    except ArgumentTypeError as exc:
+        raise Problem(400, "Not done", f"Extra iterations {exc}.") from None
 
 
 def _number(text: object) -> int | None:

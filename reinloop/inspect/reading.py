@@ -1,5 +1,6 @@
 """What the pages of `reinloop inspect` read from the runs database: a page of threads (each from its latest
-checkpoint only), one thread's history as a timeline with its graph, and where a thread stands now."""
+checkpoint only; a row that cannot be read says so), one thread's latest checkpoints as a timeline with its
+graph, and where a thread stands now."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.types import Interrupt, StateSnapshot
 
 from reinloop.cli.runs import INTERRUPTS_KEY
-from reinloop.errors import ConfigurationError
+from reinloop.errors import CheckpointError, ConfigurationError
 from reinloop.inspect.timeline import Timeline, timeline
 
 __all__ = [
+    "HISTORY_WINDOW",
     "PAGE_SIZE",
     "Approval",
     "Histories",
@@ -32,6 +34,11 @@ __all__ = [
 ]
 
 PAGE_SIZE = 25
+# The most checkpoints a thread's page reads. LangGraph rebuilds the window for every snapshot it reads (about
+# 4 ms each here), so the page of a long thread shows its latest ones, read in a few seconds however long the
+# thread is and however fast a running writer adds to it.
+HISTORY_WINDOW = 1_000
+UNREADABLE_ID_TEMPLATE = "unreadable: this thread's id is not UTF-8 text ({raw}), so no page can name it"
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,7 @@ class ThreadRow:
     rounds: int
     tokens: int
     updated: str  # when its latest checkpoint was saved, UTC, to the second
+    problem: str = ""  # why the row cannot be read (its id is not text, its checkpoint is damaged); "" if it can
 
 
 @dataclass(frozen=True)
@@ -86,6 +94,7 @@ class ThreadView:
     graph_problem: str  # why there is no graph: Graphviz's `dot` is missing
     approvals: list[Approval] = field(default_factory=list)
     tokens: list[tuple[int, int]] = field(default_factory=list)  # (round, tokens) for the chart
+    earlier: bool = False  # the thread has checkpoints before those read (HISTORY_WINDOW)
 
 
 def thread_page(saver: Any, page: int, size: int = PAGE_SIZE) -> ThreadPage:
@@ -100,7 +109,15 @@ def thread_page(saver: Any, page: int, size: int = PAGE_SIZE) -> ThreadPage:
 
 
 def _row(saver: Any, thread: str) -> ThreadRow | None:
-    found = saver.get_tuple(_config(thread))
+    try:
+        thread.encode()
+    except UnicodeEncodeError:  # bytes that are not UTF-8, as `latest_checkpoints` reads them
+        raw = repr(thread.encode("utf-8", "surrogateescape"))
+        return _unreadable(raw, UNREADABLE_ID_TEMPLATE.format(raw=raw))
+    try:
+        found = saver.get_tuple(_config(thread))
+    except CheckpointError as exc:
+        return _unreadable(thread, f"unreadable: {exc}")
     if found is None:  # pruned or deleted since it was listed
         return None
     values = found.checkpoint.get("channel_values") or {}
@@ -114,6 +131,10 @@ def _row(saver: Any, thread: str) -> ThreadRow | None:
         tokens=int((values.get("usage") or {}).get("total_tokens", 0)),
         updated=str(found.checkpoint.get("ts", ""))[:19].replace("T", " "),
     )
+
+
+def _unreadable(thread: str, problem: str) -> ThreadRow:
+    return ThreadRow(thread, "", "", False, 0, 0, "", problem)
 
 
 def status(saver: Any, thread: str) -> Status | None:
@@ -135,51 +156,50 @@ def _status(snapshot: Any) -> Status:
 
 
 class Histories:
-    """The threads' histories read so far, so that a page redrawn as its thread moves on reads only the
-    checkpoints saved since: LangGraph replays the window's deltas for every snapshot it reads, and a whole
-    history of 1,000 checkpoints takes seconds. Keeps the `keep` threads read last."""
+    """The threads' latest checkpoints read so far, so that a page redrawn as its thread moves on reads only the
+    checkpoints saved since (at most `window`). One read of a thread at a time: a page and its redraws asking
+    together read the new checkpoints once. Keeps the `keep` threads read last."""
 
-    FEW = 16
+    STRIPES = 16  # locks that thread ids share: a bounded set, whatever ids requests name
 
-    def __init__(self, keep: int = 8) -> None:
-        self.keep = keep
+    def __init__(self, keep: int = 8, window: int = HISTORY_WINDOW) -> None:
+        self.keep, self.window = keep, window
         self._read: OrderedDict[str, list[StateSnapshot]] = OrderedDict()
         self._lock = threading.Lock()
+        self._reading = [threading.Lock() for _ in range(self.STRIPES)]
 
     def snapshots(self, topology: Any, thread: str) -> list[StateSnapshot]:
-        """`thread`'s snapshots, oldest first: those read before but the latest (its tasks may have written
-        since), and those saved since, read newest first until the one read before."""
-        with self._lock:
-            kept = self._read.get(thread, [])[:-1]
-        known = str(kept[-1].config["configurable"]["checkpoint_id"]) if kept else None
-        # A page polls often: a few checkpoints at most are new, and reading a few is cheap. Then all of them.
-        new = _since(topology, thread, known, limit=self.FEW) if known else None
-        if new is None:
-            kept, new = [], _since(topology, thread, None, limit=None) or []
-        read = kept + new[::-1]
-        with self._lock:
-            self._read[thread] = read
-            self._read.move_to_end(thread)
-            while len(self._read) > self.keep:
-                self._read.popitem(last=False)
+        """`thread`'s latest snapshots (at most `window`), oldest first: those read before but the latest (its
+        tasks may have written since), and those saved since, read newest first until the one read before."""
+        with self._reading[hash(thread) % self.STRIPES]:
+            with self._lock:
+                kept = self._read.get(thread, [])[:-1]
+            known = str(kept[-1].config["configurable"]["checkpoint_id"]) if kept else None
+            new, found = _since(topology, thread, known, self.window)
+            read = ((kept if found else []) + new[::-1])[-self.window :]
+            with self._lock:
+                self._read[thread] = read
+                self._read.move_to_end(thread)
+                while len(self._read) > self.keep:
+                    self._read.popitem(last=False)
         return read
 
 
-def _since(topology: Any, thread: str, known: str | None, *, limit: int | None) -> list[StateSnapshot] | None:
-    """The snapshots of `thread` newer than the checkpoint `known`, newest first, among its latest `limit`;
-    None if `known` is not among them (all of them when `known` is None)."""
+def _since(topology: Any, thread: str, known: str | None, limit: int) -> tuple[list[StateSnapshot], bool]:
+    """The snapshots of `thread` newer than the checkpoint `known`, newest first, among its latest `limit`; and
+    whether `known` was among them."""
     new: list[StateSnapshot] = []
     with closing(topology.get_state_history(_config(thread), limit=limit)) as newest_first:
         for snapshot in newest_first:
             if snapshot.config["configurable"]["checkpoint_id"] == known:
-                return new
+                return new, True
             new.append(snapshot)
-    return new if known is None else None
+    return new, False
 
 
 def view(saver: Any, thread: str, histories: Histories | None = None) -> ThreadView | None:
-    """`thread` as its page shows it, its history read through `histories` if given; None for a thread the
-    database does not have."""
+    """`thread` as its page shows it, its latest checkpoints read through `histories` if given; None for a
+    thread the database does not have."""
     from reinloop.draw import path_svg
     from reinloop.graph import agent_topology
 
@@ -199,7 +219,9 @@ def view(saver: Any, thread: str, histories: Histories | None = None) -> ThreadV
         graph_problem = ""
     waiting = _approvals(latest)
     tokens = [(each.number, each.tokens) for each in rounds.rounds if each.number]
-    return ThreadView(thread, dict(latest.values), _status(latest), rounds, svg, graph_problem, waiting, tokens)
+    earlier = snapshots[0].parent_config is not None
+    return ThreadView(thread, dict(latest.values), _status(latest), rounds, svg, graph_problem, waiting, tokens,
+                      earlier)  # fmt: skip
 
 
 def approvals(saver: Any, thread: str) -> list[Approval]:

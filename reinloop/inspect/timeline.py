@@ -134,6 +134,8 @@ def _waiting(interrupts: Sequence[Any]) -> frozenset[str]:
 def timeline(snapshots: Sequence[StateSnapshot]) -> Timeline:
     """The thread's timeline, from its snapshots oldest first."""
     built = _Builder()
+    if snapshots:  # the tokens before the first snapshot read (a long thread's page reads its latest ones)
+        built.usage_total = int((snapshots[0].values.get("usage") or {}).get("total_tokens", 0))
     for step in steps(snapshots):
         built.add(step)
     latest = snapshots[-1] if snapshots else None

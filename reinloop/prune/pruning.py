@@ -138,7 +138,8 @@ def unmark(database: Database, config: RunnableConfig) -> bool:
 
 def latest_checkpoints(database: Database) -> list[tuple[str, str]]:
     """Each thread's id and the id of its latest checkpoint, the most recently saved first (what `reinloop
-    inspect` lists), read without loading any checkpoint."""
+    inspect` lists), read without loading any checkpoint. An id SQLite holds as bytes that are not UTF-8 has
+    them as lone surrogates (Python's ``surrogateescape``): ``thread.encode("utf-8", "surrogateescape")``."""
     with _tables(database) as tables:
         return tables.latest()
 

@@ -31,6 +31,10 @@ SQLITE_CHECKPOINT_SQL = (
 )
 
 
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", "surrogateescape")
+
+
 class _SqliteTables:
     """`SqliteSaver`'s tables: channel values are stored inside each checkpoint, writes in `writes`."""
 
@@ -72,7 +76,10 @@ class _SqliteTables:
         return [row[0] for row in self.conn.execute("SELECT DISTINCT thread_id FROM checkpoints ORDER BY thread_id")]
 
     def latest(self) -> list[tuple[str, str]]:
-        return [(thread, latest) for thread, latest in self.conn.execute(LATEST_SQL)]
+        # As bytes: SQLite keeps whatever bytes a writer bound as TEXT, and Python's sqlite3 fails the whole query
+        # on one id that is not UTF-8. Such an id reads with its bytes as lone surrogates (`surrogateescape`).
+        query = f"SELECT CAST(thread_id AS BLOB), CAST(latest AS BLOB) FROM ({LATEST_SQL}) ORDER BY latest DESC"
+        return [(_text(thread), _text(latest)) for thread, latest in self.conn.execute(query)]
 
     def checkpoints(self, thread: str) -> list[tuple[str, str, str | None]]:
         query = "SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id FROM checkpoints WHERE thread_id = ?"
