@@ -1,9 +1,13 @@
 """An MCP server for the tests, run over stdio: `python tests/mcp_server.py`.
 
 Its tools cover what an MCP client meets: typed arguments (`add`), a tool that raises (`fail`), a slow one
-(`slow`), an image result (`image`), and the server's process id (`pid`), by which a test tells whether calls
-share one server process. `stall` and `stall_idempotent` (annotated `idempotentHint`) append a line to a ledger
-file, their effect, then sleep: a test counts the lines to see how often the server ran them.
+(`slow`), an image result (`image`), and the server's process id (`pid`, annotated `readOnlyHint`), by which
+a test tells whether calls share one server process. `stall` and `stall_idempotent` (annotated
+`idempotentHint`) append a line to a ledger file, their effect, then sleep: a test counts the lines to see how
+often the server ran them. `crash` records its server's process id the same way, then ends the process
+mid-call; `shout` writes a line that is not JSON-RPC to stdout. Flags: `--junk` writes such a line before
+serving; `--once PATH` serves only if PATH does not exist, and creates it (a server that cannot start
+again), else exits at once.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+import sys
 from pathlib import Path
 
 from mcp.server.fastmcp import FastMCP, Image
@@ -69,11 +74,33 @@ def image() -> Image:
     return Image(data=PNG, format="png")
 
 
-@server.tool()
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
 def pid() -> int:
     """The process id of this server."""
     return os.getpid()
 
 
+@server.tool()
+def crash(ledger: str, attempt: int) -> str:
+    """Append this server's process id to the ledger file, then end the process without answering."""
+    with Path(ledger).open("a") as file:
+        file.write(f"{os.getpid()}\n")
+    os._exit(1)
+
+
+@server.tool()
+def shout(words: str) -> str:
+    """Write the words to stdout, where only JSON-RPC belongs, then return them."""
+    print(words, flush=True)
+    return words
+
+
 if __name__ == "__main__":
+    if "--once" in sys.argv:
+        once = Path(sys.argv[sys.argv.index("--once") + 1])
+        if once.exists():
+            sys.exit(1)
+        once.touch()
+    if "--junk" in sys.argv:
+        print("starting the junk server", flush=True)
     server.run("stdio")

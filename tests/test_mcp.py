@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, nullcontext
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ from tests.test_cli import REINLOOP, cli, environment, run_args
 pytest.importorskip("langchain_mcp_adapters")
 pytest.importorskip("mcp_server_time")
 
+from reinloop.tools import mcp_sessions
 from reinloop.tools.mcp import MCPTool, MCPTools, load_mcp_config
 
 TEST_SERVER = {"command": sys.executable, "args": [str(Path(__file__).with_name("mcp_server.py"))]}
@@ -202,11 +203,19 @@ def test_env_and_header_values_are_never_shown(tmp_path: Path) -> None:
         assert "12345" not in str(caught.value)
 
 
-@pytest.mark.parametrize("setting", ["start_timeout_s", "call_timeout_s"])
-def test_timeouts_must_be_positive_and_waitable(setting: str) -> None:
-    for seconds in (0, float("inf")):
+@pytest.mark.parametrize(
+    ("setting", "wrong"),
+    [
+        ("start_timeout_s", [0, float("inf")]),
+        ("call_timeout_s", [0, float("inf")]),
+        ("restart_backoff_s", [-1, float("nan"), float("inf")]),
+        ("max_restarts", [-1, 1.5, True]),
+    ],
+)
+def test_timeouts_and_restart_settings_must_be_in_range(setting: str, wrong: list[Any]) -> None:
+    for value in wrong:
         with pytest.raises(ConfigurationError, match=setting):
-            MCPTools(TEST_ONLY, **{setting: seconds})
+            MCPTools(TEST_ONLY, **{setting: value})
 
 
 # the tools ------------------------------------------------------------------------------------------------
@@ -221,6 +230,8 @@ def test_the_tools_keep_the_servers_names_schemas_and_metadata(tools: dict[str, 
         "stall_idempotent",
         "image",
         "pid",
+        "crash",
+        "shout",
         "get_current_time",
         "convert_time",
     }
@@ -388,8 +399,8 @@ def test_a_stalled_mcp_tool_runs_once_in_doubt_unless_annotated_idempotent(
 def test_mcp_tools_are_retryable_only_when_annotated_read_only_or_idempotent(tools: dict[str, MCPTool]) -> None:
     registry = ToolRegistry(tools.values())
     retryable = {entry.name for entry in registry if entry.retryable}
-    # get_current_time and convert_time: mcp-server-time annotates them readOnlyHint.
-    assert retryable == {"stall_idempotent", "get_current_time", "convert_time"}
+    # pid, get_current_time and convert_time are annotated readOnlyHint (the last two by mcp-server-time).
+    assert retryable == {"stall_idempotent", "pid", "get_current_time", "convert_time"}
     # Whether a call in flight at a crash runs again is as before: idempotent unless declared otherwise.
     assert all(entry.idempotent for entry in registry)
 
@@ -436,32 +447,204 @@ def test_a_server_that_does_not_start_fails_fast_naming_it(
     assert_quiet(capfd.readouterr().err)
 
 
-def test_a_server_killed_mid_run_makes_the_next_call_an_error_observation(capfd: pytest.CaptureFixture[str]) -> None:
+@pytest.fixture
+def pauses(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The restarts' backoff waits, recorded instead of waited, on a clock that stands still."""
+    waits: list[float] = []
+
+    async def record(seconds: float) -> None:
+        waits.append(seconds)
+
+    monkeypatch.setattr(mcp_sessions, "apause", record)
+    monkeypatch.setattr(mcp_sessions, "now", lambda: 1000.0)
+    return waits
+
+
+def kill(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
+    while not dead(pid):
+        time.sleep(0.01)
+
+
+def after_a_kill(call: Callable[[dict[str, Any]], Any], args: dict[str, Any]) -> Any:
+    """`call` of a tool whose server was just killed. A call sent within milliseconds of the death may reach mcp
+    before the private loop has read the end of the server's output: it fails in doubt (a plain
+    ConnectionError), and the next call starts the server again."""
+    try:
+        return call(args)
+    except ConnectionError as exc:
+        if isinstance(exc, ConnectionRefusedError):
+            raise
+    return call(args)
+
+
+def run(agent: Any, mode: str) -> dict[str, Any]:
+    return agent.invoke({"task": "t"}) if mode == "invoke" else asyncio.run(agent.ainvoke({"task": "t"}))
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+def test_a_server_killed_mid_run_is_started_again_at_the_next_call_and_its_tools_work(
+    capfd: pytest.CaptureFixture[str], pauses: list[float], mode: str
+) -> None:
+    before = children()
     with MCPTools(BOTH) as opened:
         server_pid = int(text(next(tool for tool in opened if tool.name == "pid").invoke({})))
-        replies = iter([tool_call("add", {"a": 0, "b": 1}), tool_call("add", {"a": 1, "b": 1}), "the server is gone"])
+        # pid is read-only, so safe to repeat: if it is sent within milliseconds of the death, before the private
+        # loop has read the end of the server's output, it fails in doubt and its retry starts the server again.
+        replies = iter([tool_call("add", {"a": 0, "b": 1}), tool_call("pid", {}), tool_call("add", {"a": 1, "b": 1})])
 
         def respond(messages: list[BaseMessage]) -> Any:
             if len(model.calls) == 2:  # the first call has answered: the server dies before the next one
-                os.kill(server_pid, signal.SIGKILL)
-                while not dead(server_pid):
-                    time.sleep(0.01)
-            return next(replies)
+                kill(server_pid)
+            return next(replies, "counted")
 
-        model = ScriptedChatModel(respond=respond, max_calls=3)
-        agent = build_agent(model, opened, config=AgentConfig(tool_attempts=1))
+        model = ScriptedChatModel(respond=respond, max_calls=4)
+        agent = build_agent(model, opened, config=AgentConfig(tool_backoff_s=0.0))
         started = time.monotonic()
-        result = agent.invoke({"task": "count"})
+        result = run(agent, mode)
         assert time.monotonic() - started < 5
-        # Only the dead server's tools are gone.
-        time_now = next(tool for tool in opened if tool.name == "get_current_time")
-        assert "UTC" in text(time_now.invoke({"timezone": "UTC"}))
-    assert (result["finish_reason"], result["consecutive_errors"]) == ("answered", 1)
-    first, second = observations(model)
-    assert first == "1"
-    assert "the connection to MCP server 'test' is closed (the server may have exited)" in second
-    assert gone(server_pid)
+        assert len(children() - before) == 2  # the new test server and the time server
+    assert (result["finish_reason"], result["consecutive_errors"]) == ("answered", 0)
+    first, new_pid, second = observations(model)
+    assert (first, second) == ("1", "2") and int(new_pid) != server_pid
+    assert pauses == [0.5]  # restart_backoff_s after the death, the first restart's backoff
+    assert gone(server_pid) and gone(int(new_pid)) and children() <= before
     assert_quiet(capfd.readouterr().err)
+
+
+@pytest.mark.parametrize(
+    ("name", "runs", "told"),
+    [
+        ("stall", 1, "Error: 'stall' failed without an answer: ConnectionError: the connection to MCP server 'test'"),
+        ("stall_idempotent", 2, "recorded, then slept 0.5 s"),
+    ],
+    ids=["unannotated-in-doubt-not-sent-again", "annotated-idempotent-retried-on-the-new-server"],
+)
+def test_a_call_in_flight_when_its_server_dies_is_sent_again_only_if_safe_to_repeat(
+    tmp_path: Path, pauses: list[float], name: str, runs: int, told: str
+) -> None:
+    ledger = tmp_path / "ledger"
+
+    def kill_once_it_ran() -> None:
+        while not ledger.exists():
+            time.sleep(0.01)
+        kill(int(ledger.read_text().split()[0]))
+
+    with MCPTools(TEST_ONLY) as opened:
+        killer = threading.Thread(target=kill_once_it_ran)
+        killer.start()
+        model = ScriptedChatModel(replies=[tool_call(name, {"ledger": str(ledger), "seconds": 0.5}), "done"])
+        settings = AgentConfig(tool_backoff_s=0.0, tool_attempts=3)
+        result = build_agent(model, opened, config=settings).invoke({"task": "t"})
+        killer.join()
+    assert len(ledger.read_text().split()) == runs and result["tool_attempts"] == runs
+    (seen,) = observations(model)
+    assert seen.startswith(told), seen
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+def test_a_server_that_keeps_dying_is_started_again_at_most_max_restarts_times_then_the_guards_end_the_run(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], pauses: list[float], mode: str
+) -> None:
+    ledger, before = tmp_path / "ledger", children()
+    with MCPTools(TEST_ONLY, max_restarts=1) as opened:
+        model = ScriptedChatModel(
+            respond=lambda messages: tool_call("crash", {"ledger": str(ledger), "attempt": len(model.calls)}),
+            max_calls=20,
+        )
+        started = time.monotonic()
+        result = run(build_agent(model, opened), mode)
+        assert time.monotonic() - started < 10
+    assert result["finish_reason"] == "error_streak"
+    # The first server and its one restart each ran one call, which ended it, after its backoff.
+    assert len(set(ledger.read_text().split())) == 2 and pauses == [0.5]
+    lost, lost_again, refused, *circuit_open = observations(model)
+    for seen in (lost, lost_again):
+        assert "failed without an answer: ConnectionError: the connection to MCP server 'test' is closed" in seen
+        assert "may or may not have had its effect" in seen
+    assert refused == (
+        "Error: 'crash' failed: ConnectionRefusedError: MCP server 'test' died and is not started again: it was "
+        "started again 1 time in this block already (max_restarts=1); this call was not sent. Change the arguments "
+        "or the tool."
+    )
+    # Then the tool circuit refuses the calls, and the error streak ends the run.
+    assert circuit_open and all(seen.startswith("Error: not run: 'crash' is unavailable") for seen in circuit_open)
+    assert children() <= before
+    assert_quiet(capfd.readouterr().err)
+
+
+def test_a_server_that_cannot_start_again_is_tried_max_restarts_times_with_backoff(
+    tmp_path: Path, pauses: list[float]
+) -> None:
+    once = {"transport": "stdio", **TEST_SERVER, "args": [*TEST_SERVER["args"], "--once", str(tmp_path / "started")]}
+    with MCPTools({"once": once}, max_restarts=2, restart_backoff_s=0.25) as opened:
+        by_name = {tool.name: tool for tool in opened}
+        kill(int(text(by_name["pid"].invoke({}))))
+        failed = "MCP server 'once' died and did not start again: it closed the connection before answering"
+        with pytest.raises(ConnectionRefusedError, match=failed):
+            after_a_kill(by_name["add"].invoke, {"a": 1, "b": 2})
+        with pytest.raises(ConnectionRefusedError, match=failed):
+            asyncio.run(by_name["add"].ainvoke({"a": 1, "b": 2}))
+        started = time.monotonic()
+        with pytest.raises(
+            ConnectionRefusedError, match=r"started again 2 times in this block already \(max_restarts=2\)"
+        ):
+            by_name["add"].invoke({"a": 1, "b": 2})
+        assert time.monotonic() - started < 0.5
+    assert pauses == [0.25, 0.5]
+
+
+def test_closing_while_a_restart_waits_out_its_backoff_is_quick_and_quiet(
+    capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    waiting = threading.Event()
+
+    async def long_pause(seconds: float) -> None:
+        waiting.set()
+        await asyncio.sleep(seconds)
+
+    monkeypatch.setattr(mcp_sessions, "apause", long_pause)
+    before, threads, outcome = children(), mcp_threads(), []
+    with MCPTools(TEST_ONLY, restart_backoff_s=60) as opened:
+        by_name = {tool.name: tool for tool in opened}
+        kill(int(text(by_name["pid"].invoke({}))))
+
+        def call() -> None:
+            try:
+                after_a_kill(by_name["add"].invoke, {"a": 1, "b": 2})
+            except Exception as exc:
+                outcome.append(exc)
+
+        caller = threading.Thread(target=call)
+        caller.start()
+        assert waiting.wait(10)
+        started = time.monotonic()
+    caller.join(5)
+    assert time.monotonic() - started < 3 and not caller.is_alive()
+    (raised,) = outcome
+    assert isinstance(raised, RuntimeError) and "the session of MCP server 'test' is closed" in str(raised)
+    assert children() <= before and mcp_threads() == threads
+    assert_quiet(capfd.readouterr().err)
+
+
+def test_a_server_that_writes_junk_to_stdout_works_and_is_logged_once_without_a_traceback(tmp_path: Path) -> None:
+    junk = {"transport": "stdio", **TEST_SERVER, "args": [*TEST_SERVER["args"], "--junk"]}
+    script = f"""
+import asyncio
+from reinloop.tools.mcp import MCPTools
+with MCPTools({{"junk": {junk!r}}}) as tools:
+    by_name = {{tool.name: tool for tool in tools}}
+    print(by_name["shout"].invoke({{"words": "hello"}})[0]["text"])
+    print(asyncio.run(by_name["shout"].ainvoke({{"words": "again"}}))[0]["text"])
+    print(by_name["add"].invoke({{"a": 2, "b": 3}})[0]["text"])
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stdout.split()) == (0, ["hello", "again", "5"]), done.stderr
+    # Python's last-resort handler prints the one record: its message alone.
+    assert done.stderr.splitlines() == [
+        "MCP server 'junk' wrote a line to its stdout that is not a JSON-RPC message; it is ignored, as are any "
+        "later ones (not reported again): 'starting the junk server'"
+    ]
 
 
 def test_a_call_waits_at_most_call_timeout_s_and_the_server_goes_on() -> None:

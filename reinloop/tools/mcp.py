@@ -20,11 +20,20 @@ from reinloop.tools.mcp_config import URL_KEYS as URL_KEYS
 from reinloop.tools.mcp_config import URL_TRANSPORTS as URL_TRANSPORTS
 from reinloop.tools.mcp_config import load_mcp_config
 from reinloop.tools.mcp_sessions import CLOSE_TIMEOUT_S as CLOSE_TIMEOUT_S
-from reinloop.tools.mcp_sessions import DEFAULT_CALL_TIMEOUT_S, DEFAULT_START_TIMEOUT_S, MCPTool, MCPTools
+from reinloop.tools.mcp_sessions import (
+    DEFAULT_CALL_TIMEOUT_S,
+    DEFAULT_MAX_RESTARTS,
+    DEFAULT_RESTART_BACKOFF_S,
+    DEFAULT_START_TIMEOUT_S,
+    MCPTool,
+    MCPTools,
+)
 from reinloop.tools.mcp_sessions import MISSING_EXTRA as MISSING_EXTRA
 
 __all__ = [
     "DEFAULT_CALL_TIMEOUT_S",
+    "DEFAULT_MAX_RESTARTS",
+    "DEFAULT_RESTART_BACKOFF_S",
     "DEFAULT_START_TIMEOUT_S",
     "MCPTool",
     "MCPTools",
