@@ -25,7 +25,10 @@ NO_MODEL_TEMPLATE = (
     "inspect --allow-actions --model MODEL (e.g. openai:gpt-4o-mini), or --base-url URL for an OpenAI-compatible "
     "server (with --model NAME if it serves several)"
 )
-BUSY_TEMPLATE = "busy, nothing was run: {error}. Try again once that run has ended"
+BUSY_TEMPLATE = (
+    "busy, nothing was run: thread {error.thread!r} is being run by another process ({error.holder}). Try again "
+    "once that run has ended"
+)
 
 
 class ActionError(Exception):
