@@ -42,9 +42,10 @@ def io(run: Callable[[], T], arun: Callable[[], Awaitable[T]]) -> Steps[T]:
     return value
 
 
-def invoke(runnable: Runnable[Any, T], input: Any) -> Steps[T]:
-    """Invoke a LangChain runnable (a chat model): `invoke` under `drive`, `ainvoke` under `adrive`."""
-    return io(partial(runnable.invoke, input), partial(runnable.ainvoke, input))
+def invoke(runnable: Runnable[Any, T], input: Any, **kwargs: Any) -> Steps[T]:
+    """Invoke a LangChain runnable (a chat model; `kwargs` go to its call): `invoke` under `drive`, `ainvoke`
+    under `adrive`."""
+    return io(partial(runnable.invoke, input, **kwargs), partial(runnable.ainvoke, input, **kwargs))
 
 
 def drive(steps: Steps[R]) -> R:

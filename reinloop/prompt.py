@@ -15,9 +15,24 @@ from reinloop.context import AgentContext
 from reinloop.memory.window import window_entries
 from reinloop.text import truncate
 
-__all__ = ["CUT_ARGS_KEY", "MEMORY_HEADER", "assemble", "fit_to_budget", "memory_note", "prompt_tokens"]
+__all__ = [
+    "CACHE_POINT_KEY",
+    "CUT_ARGS_KEY",
+    "MEMORY_HEADER",
+    "VOLATILE_KEY",
+    "assemble",
+    "fit_to_budget",
+    "memory_note",
+    "prompt_tokens",
+]
 
 MEMORY_HEADER = "Earlier steps (older than the messages below):"
+# Marks, in a prompt message's additional_kwargs (which chat model integrations do not send for a user message):
+# the message that ends the prefix a run keeps until its next compaction (the task, or the memory note after it),
+# where a provider cache breakpoint goes (`reinloop.models.caching`); and the notes after the history (a
+# reflection, a correction hint), which only this prompt has, so nothing after the history is cached.
+CACHE_POINT_KEY = "reinloop_cache_point"
+VOLATILE_KEY = "reinloop_volatile"
 # Below this many characters a part of a message is not cut any further.
 MIN_CUT_CHARS = 40
 # Tool-call arguments cut for the prompt must stay a JSON object (providers refuse anything else): when

@@ -199,6 +199,10 @@ class TokenUsage(TypedDict):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    # Of prompt_tokens, those the provider read from its prompt cache and those it wrote to it, as it reports
+    # them (0: none reported). Absent in usage saved before they existed: read as 0.
+    cache_read_tokens: NotRequired[int]
+    cache_write_tokens: NotRequired[int]
 
 
 class CallUsage(TypedDict):
@@ -209,9 +213,14 @@ class CallUsage(TypedDict):
     completion_tokens: int
     counted_prompt_tokens: int  # reinloop's tiktoken count of exactly what was sent
     source: Literal["provider", "tiktoken"]
+    # Of prompt_tokens, read from and written to the provider's prompt cache. Absent in a saved older call: 0.
+    cache_read_tokens: NotRequired[int]
+    cache_write_tokens: NotRequired[int]
 
 
-NO_USAGE = TokenUsage(model_calls=0, prompt_tokens=0, completion_tokens=0, total_tokens=0)
+NO_USAGE = TokenUsage(
+    model_calls=0, prompt_tokens=0, completion_tokens=0, total_tokens=0, cache_read_tokens=0, cache_write_tokens=0
+)
 
 # What a fresh budget clears, for a new task on a finished thread and for a resume after a circuit break: the
 # run's own counters and outcome, and the iteration and token budgets (None: config.max_iterations). Each guard

@@ -86,11 +86,13 @@ class _ChatServer:
 
 class ScriptedOpenAIServer(_ChatServer):
     """Answers /v1/chat/completions from a queue of replies: a string (text) or {"tool": name, "args": {...}}.
-    An exhausted script answers HTTP 500."""
+    An exhausted script answers HTTP 500. `cached_tokens`: of each reply's 100 prompt tokens, those its usage
+    says the cache served (`prompt_tokens_details.cached_tokens`)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.replies: list[Any] = []
+        self.cached_tokens = 0
 
     def _completion(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         if not self.replies:
@@ -100,7 +102,10 @@ class ScriptedOpenAIServer(_ChatServer):
         if not isinstance(reply, str):
             message["tool_calls"] = [_tool_call(reply["tool"], reply["args"])]
         finish = "stop" if isinstance(reply, str) else "tool_calls"
-        return 200, _completion(body, message, finish, {"prompt_tokens": 100, "completion_tokens": 10})
+        usage: dict[str, Any] = {"prompt_tokens": 100, "completion_tokens": 10}
+        if self.cached_tokens:
+            usage["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
+        return 200, _completion(body, message, finish, usage)
 
 
 class RunawayOpenAIServer(_ChatServer):
@@ -162,7 +167,7 @@ def _tool_call(name: str, args: dict[str, Any]) -> dict[str, Any]:
     return {"id": f"call_{uuid.uuid4().hex[:8]}", "type": "function", "function": call}
 
 
-def _completion(body: dict[str, Any], message: dict[str, Any], finish: str, usage: dict[str, int]) -> dict[str, Any]:
+def _completion(body: dict[str, Any], message: dict[str, Any], finish: str, usage: dict[str, Any]) -> dict[str, Any]:
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex[:8]}",
         "object": "chat.completion",

@@ -163,7 +163,15 @@ def final_report(console: Console, values: dict[str, Any], resume_command: str, 
     usage = values.get("usage") or {}
     counts = [(values.get("iteration", 0), "round"), (usage.get("model_calls", 0), "model call"),
               (usage.get("total_tokens", 0), "token")]  # fmt: skip
-    console.print(Text(", ".join(counted(count, noun) for count, noun in counts), "dim"))
+    console.print(Text(", ".join(counted(count, noun) for count, noun in counts) + _cached(usage), "dim"))
+
+
+def _cached(usage: Mapping[str, Any]) -> str:
+    """The prompt tokens the provider's cache served and those written to it, when it reported any."""
+    read, written = usage.get("cache_read_tokens") or 0, usage.get("cache_write_tokens") or 0
+    if not read and not written:
+        return ""
+    return f" (of the prompt tokens: {read} read from the provider's cache, {written} written to it)"
 
 
 def _explained(message: BaseMessage) -> str:

@@ -38,7 +38,7 @@ PEERS = tuple(agent for agent in AGENTS if agent != "reinloop")
 # Summed over a point's seeds; the rest of an agent's summary is averaged over them.
 COUNTS = (
     "runs", "successes", "model_calls", "prompt_tokens", "completion_tokens", "tool_schema_tokens", "wasted_tool_calls",
-    "over_budget_runs", "crashes", "sim_s",
+    "over_budget_runs", "crashes", "sim_s", "cache_read_tokens", "cache_write_tokens",
 )  # fmt: skip
 
 

@@ -60,8 +60,10 @@ call's name and arguments included), and the schemas of the tools bound for nati
 as its JSON, as reinloop's token budget counts them), which every such call sends again; for a preset whose
 protocol writes text (json, react, call_tool) the tool list is in its system prompt instead. Completion
 tokens: what the calls wrote (text, calls, malformed calls). Tool schema tokens: the schemas' part of the
-prompt tokens. Simulated time: the model's latency, the timer's waits and the slow calls' hangs as each
-agent waited them (to its tool timeout, or to the end), in simulated seconds; no figure depends on real
+prompt tokens. Cache read and cache write tokens (report.json): the part of the prompt tokens a real model's
+provider reports it read from or wrote to its prompt cache (0 for the simulated model, which has none); they
+count whole in every other figure. Simulated time: the model's latency, the timer's waits and the slow calls'
+hangs as each agent waited them (to its tool timeout, or to the end), in simulated seconds; no figure depends on real
 time."""
 
 
@@ -81,6 +83,8 @@ def summarize_runs(records: Sequence[RunRecord]) -> dict[str, dict[str, float]]:
             "prompt_tokens": sum(r.prompt_tokens for r in runs),
             "completion_tokens": sum(r.completion_tokens for r in runs),
             "tool_schema_tokens": sum(r.tool_schema_tokens for r in runs),
+            "cache_read_tokens": sum(r.cache_read_tokens for r in runs),
+            "cache_write_tokens": sum(r.cache_write_tokens for r in runs),
             "wasted_tool_calls": sum(r.wasted_tool_calls for r in runs),
             "over_budget_runs": sum(r.exceeded_budget for r in runs),
             "crashes": sum(r.crashed for r in runs),

@@ -53,6 +53,7 @@ from reinloop.eval.simulated import SimulatedModel
 from reinloop.eval.tasks import SUITE, EvalTask
 from reinloop.eval.tool_faults import faulty_tools
 from reinloop.memory.tokens import TOKENS_PER_REPLY, TokenCounter
+from reinloop.memory.usage import cache_tokens
 from reinloop.tools.toolset import default_toolset
 
 __all__ = [
@@ -104,6 +105,10 @@ class RunRecord:
     finish: str
     sim_s: float  # simulated seconds: the model's latency, the timer's waits, slow calls waited (to a timeout)
     wall_s: float  # real seconds, for information: no figure of the summary depends on it
+    # Of prompt_tokens, those a real model's provider reports it read from and wrote to its prompt cache (the
+    # simulated model has no cache: 0).
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 class _CallCounter(BaseCallbackHandler):
@@ -114,6 +119,8 @@ class _CallCounter(BaseCallbackHandler):
         self.prompt_tokens = 0  # messages and tool schemas
         self.completion_tokens = 0
         self.tool_schema_tokens = 0
+        self.cache_read_tokens = 0  # of the prompt tokens, as the provider reports them
+        self.cache_write_tokens = 0
         self._counter = TokenCounter()
 
     def on_chat_model_start(self, serialized: Any, messages: list[list[BaseMessage]], **kwargs: Any) -> None:
@@ -128,6 +135,9 @@ class _CallCounter(BaseCallbackHandler):
                 message = getattr(generation, "message", None)
                 if isinstance(message, BaseMessage):
                     self.completion_tokens += message_tokens(self._counter, [message]) - TOKENS_PER_REPLY
+                    read, written = cache_tokens(message)
+                    self.cache_read_tokens += read
+                    self.cache_write_tokens += written
 
 
 def run_seed(seed: int, task: EvalTask) -> int:
@@ -191,6 +201,8 @@ def run_task(agent: str, task: EvalTask, profile: FaultProfile, seed: int, folde
         finish=outcome.finish,
         sim_s=round(clock.seconds, 6),
         wall_s=round(wall, 4),
+        cache_read_tokens=0 if real is None else counter.cache_read_tokens,
+        cache_write_tokens=0 if real is None else counter.cache_write_tokens,
     )
 
 

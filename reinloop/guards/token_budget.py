@@ -1,7 +1,9 @@
 """The token budget (`token_budget`): the run ends once its model calls used `run_token_budget` tokens.
 
 Its state: `usage`, which decide and compress_memory add to (a fresh budget resets it); its setting:
-`run_token_budget` of `AgentConfig` (None: no limit).
+`run_token_budget` of `AgentConfig` (None: no limit). Prompt tokens the provider served from its cache, or
+wrote to it, count whole: the budget bounds the tokens a run makes the model read and write, which is what
+`reinloop.bounds` promises and what a context or rate limit counts, not a price that changes by provider.
 """
 
 from __future__ import annotations

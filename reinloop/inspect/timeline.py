@@ -87,6 +87,7 @@ class Round:
     calls: list[Call] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     tokens: int = 0  # the model's tokens in the round (decisions and summaries)
+    cached: int = 0  # of its prompt tokens, those the provider read from its cache
     closed: bool = False  # check_finish ended it
 
 
@@ -210,6 +211,19 @@ class _Builder:
         return next((call for call in current.calls if call.call_id == call_id), None)
 
 
+def _cache_read(step: Step) -> int:
+    """The prompt tokens a step's model calls read from the provider's cache (usage saved before reinloop kept
+    them, or not a count: 0; a fresh budget starts again at 0)."""
+
+    def read(values: Mapping[str, Any]) -> int:
+        usage = values.get("usage")
+        count = usage.get("cache_read_tokens", 0) if isinstance(usage, Mapping) else 0
+        return count if isinstance(count, int) and count > 0 else 0
+
+    after, before = read(step.after), read(step.before)
+    return after - before if after >= before else after
+
+
 def _on_start(built: _Builder, step: Step) -> None:
     if step.writes.get("task"):
         built.usage_total = 0
@@ -228,6 +242,7 @@ def _on_update(built: _Builder, step: Step) -> None:
 def _on_decide(built: _Builder, step: Step) -> None:
     current = built.round(step.after)
     current.tokens += built.tokens(step.writes)
+    current.cached += _cache_read(step)
     decision = step.after.get("decision") or {}
     messages = [m for m in step.writes.get("messages", []) if isinstance(m, AIMessage)]
     text = " ".join(message.text for message in messages if message.text)
@@ -309,6 +324,7 @@ def _circuits(built: _Builder, current: Round, circuits: Mapping[str, Any] | Non
 def _on_compress_memory(built: _Builder, step: Step) -> None:
     current = built.round(step.after)
     current.tokens += built.tokens(step.writes)
+    current.cached += _cache_read(step)
     if step.writes.get("summaries"):
         current.events.append(Event("memory", f"window entries folded into a summary: {step.writes['summaries'][-1]}"))
 

@@ -122,11 +122,14 @@ class Middleware:
             written.update({key: value for key, value in (update or {}).items() if key not in ("messages", "jump_to")})
         return written
 
-    def call_model(self, ctx: AgentContext, prompt: list[BaseMessage], state: Any, runtime: Any) -> Steps[BaseMessage]:
-        """The reply to `prompt`, through the wrap_model_call hooks (the first outermost)."""
+    def call_model(
+        self, ctx: AgentContext, prompt: list[BaseMessage], state: Any, runtime: Any, cache_key: str | None = None
+    ) -> Steps[BaseMessage]:
+        """The reply to `prompt`, through the wrap_model_call hooks (the first outermost); `cache_key`: the
+        thread's prompt cache key."""
         from reinloop.middleware.model_call import call_model
 
-        return (yield from call_model(self, ctx, prompt, state, runtime))
+        return (yield from call_model(self, ctx, prompt, state, runtime, cache_key))
 
     def wrapped(self, entry: RegisteredTool, call_id: str, ctx: AgentContext) -> RegisteredTool:
         """`entry`, running through the wrap_tool_call hooks (the first outermost); as it is when none has one

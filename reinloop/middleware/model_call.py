@@ -1,6 +1,7 @@
 """The model call inside decide, through the middleware's wrap_model_call hooks (the first outermost), as
 create_agent composes them; the innermost handler calls the model the request names, bound as the protocol
-binds the agent's model."""
+binds the agent's model, with the provider's prompt caching added to what the hooks left
+(`reinloop.models.caching`: a breakpoint a caching middleware placed counts, its top-level one stays its own)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, SystemMe
 from langchain_core.runnables import Runnable
 
 from reinloop.drivers import Steps, io
+from reinloop.models.caching import bound_settings, for_provider
 
 if TYPE_CHECKING:
     from reinloop.context import AgentContext
@@ -23,9 +25,15 @@ __all__ = ["call_model"]
 
 
 def call_model(
-    middleware: Middleware, ctx: AgentContext, prompt: list[BaseMessage], state: Any, runtime: Any
+    middleware: Middleware,
+    ctx: AgentContext,
+    prompt: list[BaseMessage],
+    state: Any,
+    runtime: Any,
+    cache_key: str | None = None,
 ) -> Steps[BaseMessage]:
-    """The reply to `prompt`, through the wrap_model_call hooks (the first outermost)."""
+    """The reply to `prompt`, through the wrap_model_call hooks (the first outermost); `cache_key`: the
+    thread's prompt cache key."""
     system = prompt[0] if prompt and isinstance(prompt[0], SystemMessage) else None
     request = ModelRequest(
         model=ctx.chat_model,
@@ -36,8 +44,8 @@ def call_model(
         runtime=runtime,
     )
     wrappers = middleware.with_hook("wrap_model_call")
-    handler: Callable[[ModelRequest[Any]], ModelResponse[Any]] = partial(_call, ctx)
-    ahandler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]] = partial(_acall, ctx)
+    handler: Callable[[ModelRequest[Any]], ModelResponse[Any]] = partial(_call, ctx, cache_key)
+    ahandler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]] = partial(_acall, ctx, cache_key)
     for item in reversed(wrappers):
         handler = partial(_layer, item.wrap_model_call, handler)
         ahandler = partial(_alayer, item.awrap_model_call, ahandler)
@@ -82,14 +90,21 @@ def _bound(ctx: AgentContext, request: ModelRequest[Any]) -> Runnable[Any, BaseM
     return bound.bind(**settings) if settings else bound
 
 
-def _messages(request: ModelRequest[Any]) -> list[AnyMessage]:
+def _sent(
+    ctx: AgentContext, key: str | None, request: ModelRequest[Any]
+) -> tuple[Runnable[Any, BaseMessage], list[BaseMessage], dict[str, Any]]:
+    """The bound model, the messages and the call's keyword arguments, with the provider's prompt caching."""
+    bound = _bound(ctx, request)
     system = [request.system_message] if request.system_message is not None else []
-    return [*system, *request.messages]
+    messages, kwargs = for_provider(request.model, [*system, *request.messages], key, bound_settings(bound))
+    return bound, messages, kwargs
 
 
-def _call(ctx: AgentContext, request: ModelRequest[Any]) -> ModelResponse[Any]:
-    return ModelResponse(result=[_bound(ctx, request).invoke(_messages(request))])
+def _call(ctx: AgentContext, key: str | None, request: ModelRequest[Any]) -> ModelResponse[Any]:
+    bound, messages, kwargs = _sent(ctx, key, request)
+    return ModelResponse(result=[bound.invoke(messages, **kwargs)])
 
 
-async def _acall(ctx: AgentContext, request: ModelRequest[Any]) -> ModelResponse[Any]:
-    return ModelResponse(result=[await _bound(ctx, request).ainvoke(_messages(request))])
+async def _acall(ctx: AgentContext, key: str | None, request: ModelRequest[Any]) -> ModelResponse[Any]:
+    bound, messages, kwargs = _sent(ctx, key, request)
+    return ModelResponse(result=[await bound.ainvoke(messages, **kwargs)])

@@ -72,10 +72,11 @@ def model_turn(
     state: dict[str, Any],
     prompt_for: Callable[[dict[str, Any]], list[BaseMessage]],
     starts: bool,
+    cache_key: str | None = None,
 ) -> Steps[ModelTurn]:
     """decide's model call with the hooks around it: before_agent (when the run `starts`), before_model, the
     model through wrap_model_call, after_model. `prompt_for` builds the prompt from the state as the hooks left
-    it."""
+    it; `cache_key` is the thread's prompt cache key (`reinloop.models.caching`)."""
     runtime = current_runtime()
     view, turn = _View(state), ModelTurn()
     if starts and (yield from _hooks(middleware, "before_agent", view, runtime)) == "end":
@@ -87,7 +88,7 @@ def model_turn(
             turn.stop = view.stop_text(since)
             return _finish(turn, view, state)
         prompt = prompt_for(_shown(state, view))
-        reply = yield from middleware.call_model(ctx, prompt, view.values, runtime)
+        reply = yield from middleware.call_model(ctx, prompt, view.values, runtime, cache_key)
         if reply.id is None:
             reply = reply.model_copy(update={"id": f"run-{uuid4()}"})
         turn.replies.append((reply, prompt))

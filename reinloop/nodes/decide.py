@@ -30,6 +30,7 @@ from reinloop.memory.long_term import memory_namespace, recall_steps
 from reinloop.memory.usage import add_usage, call_usage
 from reinloop.memory.window import pairing_violations
 from reinloop.middleware import ModelTurn, model_turn, rewritten
+from reinloop.models.caching import bound_settings, cache_key, for_provider
 from reinloop.prompt import fit_to_budget
 from reinloop.protocols import read_reply
 from reinloop.state import NO_USAGE, RAW_KEPT_CHARS, AgentState, Decision, stopped, unparsable
@@ -75,11 +76,13 @@ def _decide(
         raise InputError('the agent needs a task: invoke it with {"task": "..."}')
     new_run = state.get("finish_reason") is not None
     memories = yield from _recall(state, ctx, config, store)
+    key = cache_key(config)
     if ctx.middleware.around_model:
-        turn, counts = yield from _model_turn(state, ctx, memories, new_run or "usage" not in state)
+        turn, counts = yield from _model_turn(state, ctx, memories, new_run or "usage" not in state, key)
     else:
         prompt, counted = build_prompt(state, ctx, memories)
-        turn, counts = ModelTurn(replies=[((yield from invoke(ctx.model, prompt)), prompt)]), [counted]
+        sent, kwargs = for_provider(ctx.chat_model, prompt, key, bound_settings(ctx.model))
+        turn, counts = ModelTurn(replies=[((yield from invoke(ctx.model, sent, **kwargs)), prompt)]), [counted]
     return _decided(state, ctx, turn, counts, new_run)
 
 
@@ -113,10 +116,10 @@ def _decided(state: AgentState, ctx: AgentContext, turn: ModelTurn, counts: list
 
 
 def _model_turn(
-    state: AgentState, ctx: AgentContext, memories: list[str], starts: bool
+    state: AgentState, ctx: AgentContext, memories: list[str], starts: bool, key: str | None
 ) -> Steps[tuple[ModelTurn, list[int]]]:
     """The model call with the middleware's hooks around it (`reinloop.middleware`); each reply with the
-    tokens of its prompt."""
+    tokens of its prompt. `key`: the thread's prompt cache key (`reinloop.models.caching`)."""
     counts: list[int] = []  # each prompt's tokens, in the order the model was called
 
     def prompt_for(shown: dict[str, Any]) -> list[BaseMessage]:
@@ -124,7 +127,7 @@ def _model_turn(
         counts.append(counted)
         return prompt
 
-    turn = yield from model_turn(ctx.middleware, ctx, dict(state), prompt_for, starts)
+    turn = yield from model_turn(ctx.middleware, ctx, dict(state), prompt_for, starts, key)
     return turn, counts
 
 
