@@ -193,12 +193,23 @@ class AgentConfig(BaseModel):
         "it). None: none beyond those instructions; the guards' feedback tells the model what went wrong.",
     )
     memory_capacity: int = Field(
-        10, ge=1, description="Window entries (a decision with its results, or a note) kept in the prompt."
+        10,
+        ge=1,
+        description=(
+            "Window entries (a decision with its results, or a note) the prompt may hold; one more starts a "
+            "compaction. Between compactions the window only grows, so a provider's prompt cache reuses it."
+        ),
     )
     observation_max_chars: int = Field(500, ge=50, description="Tool results are cut to this length, marked.")
     thought_max_chars: int = Field(300, ge=20, description="The model's reasoning beside a tool call is cut to this.")
     compress_every: int = Field(
-        5, ge=1, description="Entries evicted from the window that are folded into a summary at once."
+        10,
+        ge=1,
+        description=(
+            "Entries a compaction of a full window folds into one summary at once, the oldest first (the newest "
+            "entry always stays): the prompt changes before its new messages once per compaction, in between a "
+            "provider's cache reuses it."
+        ),
     )
     summary_max_chars: int = Field(600, ge=100, description="Length limit of one summary of folded entries.")
     recall_k: int = Field(2, ge=0, description="Long-term memories recalled into each prompt (needs a store).")

@@ -43,7 +43,9 @@ CHARS_PER_TOKEN = 4
 
 
 def memory_note(summaries: Sequence[str], pending: Sequence[str], memories: Sequence[str]) -> str | None:
-    """The memory block shown after the task: summaries, not-yet-folded steps, recalled memories."""
+    """The memory block shown after the task: summaries, not-yet-folded steps, recalled memories. All of them
+    change only at a compaction (or when a run starts), so the note and the history after it are a prefix that
+    a provider's cache can reuse from one decision to the next."""
     parts = []
     if summaries:
         parts.append("Summary:\n" + "\n".join(summaries))
@@ -66,7 +68,8 @@ def assemble(
     correction: str | None = None,
     reflection: str | None = None,
 ) -> list[BaseMessage]:
-    """System prompt, task, memory block, the rendered window, then a pending reflection and correction hint."""
+    """System prompt, task, memory block, the rendered window, then a pending reflection and correction hint
+    (the only parts that change between compactions other than the history's new messages, so they come last)."""
     return _Draft.of(task, window, memory_note(summaries, pending, memories), [reflection, correction]).prompt(ctx)
 
 
@@ -145,8 +148,9 @@ class _Draft:
 
     @classmethod
     def of(cls, task: str, window: Sequence[BaseMessage], note: str | None, after: Sequence[str | None]) -> _Draft:
-        head = [_human(task), *([_human(note)] if note else [])]
-        tail = [_human(text) for text in after if text]
+        # The task stays for the whole run, the note until the next compaction: each ends a prefix to cache.
+        head = [_marked(task, CACHE_POINT_KEY), *([_marked(note, CACHE_POINT_KEY)] if note else [])]
+        tail = [_marked(text, VOLATILE_KEY) for text in after if text]
         return cls([*head, *window, *tail], len(head), len(head) + len(window))
 
     def measure(self, ctx: AgentContext) -> tuple[list[BaseMessage], int]:
@@ -215,8 +219,8 @@ MESSAGE_CACHE_SIZE = 256
 
 
 @lru_cache(maxsize=MESSAGE_CACHE_SIZE)
-def _human(text: str) -> HumanMessage:
-    return HumanMessage(text)
+def _marked(text: str, key: str) -> HumanMessage:
+    return HumanMessage(text, additional_kwargs={key: True})
 
 
 @lru_cache(maxsize=MESSAGE_CACHE_SIZE)

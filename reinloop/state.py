@@ -354,6 +354,9 @@ class AgentState(TypedDict, total=False):
     pending: list[str]
     # Folds so far: numbers the summaries kept in the long-term store; compress_memory.
     folds: int
+    # Long-term memories shown in the memory note: decide recalls them when None (a run's first decision, the
+    # first after a compaction), compress_memory clears them at each compaction.
+    recalled: list[str] | None
     # Tokens used since the run started or was resumed; decide and compress_memory add, a new run resets.
     usage: TokenUsage
     # The latest model call's tokens; written by decide and compress_memory.

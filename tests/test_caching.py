@@ -12,6 +12,7 @@ from unittest import mock
 import pytest
 from langchain.agents.middleware import AgentMiddleware
 from langchain_anthropic import ChatAnthropic
+from langchain_anthropic.middleware import AnthropicPromptCachingMiddleware
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 from langchain_openai import ChatOpenAI
@@ -30,6 +31,7 @@ from reinloop.models.caching import MAX_BREAKPOINTS, bound_settings, cache_key, 
 from reinloop.nodes import decide
 from reinloop.prompt import CACHE_POINT_KEY, VOLATILE_KEY
 from reinloop.testing import ScriptedChatModel, tool_call
+from tests.anthropic_server import ScriptedAnthropicServer
 from tests.conftest import THREAD, add, lookup, make_context
 from tests.openai_server import ScriptedOpenAIServer
 
@@ -199,7 +201,7 @@ def test_bound_settings_are_what_a_binding_sends():
     assert bound_settings(anthropic()) == {}
 
 
-# The middleware path ----------------------------------------------------------------------------------------------
+# Anthropic end to end: a real ChatAnthropic over HTTP -------------------------------------------------------------
 
 
 class PassThrough(AgentMiddleware):
@@ -210,6 +212,55 @@ class PassThrough(AgentMiddleware):
 
     async def awrap_model_call(self, request, handler):
         return await handler(request)
+
+
+ANTHROPIC_USAGE = {"input_tokens": 50, "output_tokens": 10, "cache_read_input_tokens": 900,
+                   "cache_creation_input_tokens": 40}  # fmt: skip
+ANTHROPIC_SCRIPT = [{"tool": "add", "args": {"a": 1, "b": 2}}, {"tool": "add", "args": {"a": 3, "b": 4}}, "It is 7."]
+
+
+async def run(agent: Any, how: str, task: str, config: dict[str, Any]) -> dict[str, Any]:
+    if how == "ainvoke":
+        result: dict[str, Any] = await agent.ainvoke({"task": task}, config)
+    else:
+        result = agent.invoke({"task": task}, config)
+    return result
+
+
+@pytest.mark.parametrize("how", ["invoke", "ainvoke"])
+@pytest.mark.parametrize("middleware", [(), (PassThrough(),)], ids=["plain", "through-middleware"])
+async def test_an_anthropic_agent_sends_breakpoints_on_the_task_and_the_latest_result(how, middleware):
+    with ScriptedAnthropicServer() as server:
+        server.replies, server.usage = list(ANTHROPIC_SCRIPT), ANTHROPIC_USAGE
+        agent = build_agent(anthropic(server.base_url), [add, lookup], middleware=middleware)
+        result = await run(agent, how, "Add 1 and 2, then 3 and 4.", {"configurable": {"thread_id": "a"}})
+    assert result["finish_reason"] == "answered"
+    found = [breakpoints(body) for body in server.requests]
+    assert found == [["Add 1 and 2, then 3 and 4."], ["Add 1 and 2, then 3 and 4.", "3"],
+                     ["Add 1 and 2, then 3 and 4.", "7"]]  # fmt: skip
+    # Anthropic's input_tokens leave the cache out; langchain-anthropic adds it back, and so the run's usage.
+    assert result["usage"]["prompt_tokens"] == 3 * (50 + 900 + 40)
+    assert (result["usage"]["cache_read_tokens"], result["usage"]["cache_write_tokens"]) == (3 * 900, 3 * 40)
+    assert result["last_call"]["cache_read_tokens"] == 900
+
+
+@pytest.mark.parametrize("how", ["invoke", "ainvoke"])
+async def test_with_anthropics_caching_middleware_the_last_block_is_its_own_and_four_is_never_passed(how):
+    with ScriptedAnthropicServer() as server:
+        server.replies, server.usage = list(ANTHROPIC_SCRIPT), ANTHROPIC_USAGE
+        agent = build_agent(
+            anthropic(server.base_url),
+            [add, lookup],
+            middleware=[AnthropicPromptCachingMiddleware()],
+            config=None,
+        )
+        result = await run(agent, how, "Add 1 and 2, then 3 and 4.", {"configurable": {"thread_id": "m"}})
+    assert result["finish_reason"] == "answered"
+    for body in server.requests:
+        found = breakpoints(body)
+        assert len(found) <= MAX_BREAKPOINTS
+        # The middleware's own: the top-level one (the last block) and the last tool; reinloop's: the task.
+        assert found == ["top-level", "tool lookup", "Add 1 and 2, then 3 and 4."]
 
 
 # OpenAI end to end: a real ChatOpenAI against the recording server ----------------------------------------------

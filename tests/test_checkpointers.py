@@ -102,7 +102,8 @@ def test_a_long_thread_reads_back_across_full_copies_of_its_window(tmp_path):
     from reinloop import sqlite_checkpointer
     from reinloop.state import MESSAGES_SNAPSHOT_EVERY
 
-    rounds = MESSAGES_SNAPSHOT_EVERY  # two or three changes a round: two full copies or more
+    # One or two changes a round (its messages; a compaction's removals once in ten): two full copies or more.
+    rounds = 2 * MESSAGES_SNAPSHOT_EVERY
     script = [tool_call("add", {"a": n, "b": 1}) for n in range(rounds)] + ["counted"]
     path, thread = tmp_path / "runs.sqlite", new_thread()
     saver = sqlite_checkpointer(path)

@@ -1,7 +1,9 @@
 """Bounded memory: budgets held at every model call, pair-safe compression, long-term recall."""
 
 import copy
+import itertools
 import json
+import sys
 import threading
 
 import pytest
@@ -11,11 +13,12 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import ToolException, tool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.store.memory import InMemoryStore
 
 from reinloop import AgentConfig, ConfigurationError, build_agent, resume
 from reinloop.memory import TokenCounter, pairing_violations
 from reinloop.memory.summary import SUMMARY_PROMPT
-from reinloop.prompt import MEMORY_HEADER, fit_to_budget, prompt_tokens
+from reinloop.prompt import CACHE_POINT_KEY, MEMORY_HEADER, VOLATILE_KEY, fit_to_budget, prompt_tokens
 from reinloop.storable import clean_text
 from reinloop.testing import ScriptedChatModel, parallel_calls, tool_call
 from reinloop.text import truncate
@@ -490,3 +493,71 @@ def test_of_repeated_failures_only_the_newest_is_in_the_window():
     sent = [[m.text for m in call.messages if isinstance(m, ToolMessage)] for call in model.calls]
     assert [len(texts) for texts in sent] == [0, 1, 1, 1, 1, 1]
     assert "unknown key" in sent[1][0] and sent[-1][0].startswith("Error: not run")
+
+
+# A prompt a provider's cache can reuse (issue 44) -------------------------------------------------------------
+
+
+def history(messages: list[BaseMessage]) -> list[BaseMessage]:
+    """A prompt without its volatile tail (the notes that only this prompt has)."""
+    return [m for m in messages if not m.additional_kwargs.get(VOLATILE_KEY)]
+
+
+def test_between_compactions_each_prompt_is_the_previous_one_plus_the_new_messages():
+    rounds = 40
+    model = long_run_model(rounds, summary=lambda messages: "Pages were read.")
+    agent = build_agent(model, [fetch], config=AgentConfig(max_iterations=rounds + 1), checkpointer=InMemorySaver())
+    result = agent.invoke({"task": "Read the report."}, new_thread())
+    assert result["finish_reason"] == "answered"
+    decisions = [history(call.messages) for call in model.calls if not is_summary_call(call.messages)]
+    breaks = [n for n, (before, now) in enumerate(itertools.pairwise(decisions), 1) if now[: len(before)] != before]
+    # The window grows to memory_capacity (10) entries, then at the next one a compaction folds compress_every (10)
+    # of them: the prompt changes before its new messages once in ten rounds, and the task always leads it.
+    assert breaks == list(range(11, rounds + 1, 10)) and result["folds"] == len(breaks)
+    assert all(prompt[0].text == "Read the report." for prompt in decisions)
+    folded = [call for call in model.calls if is_summary_call(call.messages)]
+    assert len(folded) == len(breaks) and all(call.messages[1].text.count("\n- fetch(") == 10 for call in folded)
+
+
+def test_the_prompt_marks_where_its_cacheable_prefixes_end_and_its_volatile_notes():
+    from reinloop.nodes.decide import build_prompt
+
+    ctx = make_context()
+    window = [AIMessage("", id="a", tool_calls=[{"name": "add", "args": {"a": 1, "b": 2}, "id": "c"}]),
+              ToolMessage("3", tool_call_id="c", id="t")]  # fmt: skip
+    state = {"task": "Add.", "messages": window, "summaries": ["Earlier: nothing."], "reflection": "Think again.",
+             "correction": "Write JSON."}  # fmt: skip
+    prompt, _ = build_prompt(state, ctx, ["an old fact"])
+    marks = [(m.text[:12], m.additional_kwargs.get(CACHE_POINT_KEY), m.additional_kwargs.get(VOLATILE_KEY))
+             for m in prompt]  # fmt: skip
+    assert marks == [
+        ("Add.", True, None),  # the task: the same for the whole run
+        (MEMORY_HEADER[:12], True, None),  # the note: the same until the next compaction
+        ("", None, None),
+        ("3", None, None),  # the history, never copied to be marked
+        ("Think again.", None, True),
+        ("Write JSON.", None, True),
+    ]
+    assert prompt[2] is window[0] and prompt[3] is window[1]
+
+
+def test_long_term_memories_are_recalled_once_for_each_memory_note(monkeypatch):
+    decide_module = sys.modules["reinloop.nodes.decide"]  # the package's `decide` is the node function
+    queries = []
+
+    def recall_steps(store, namespace, asked, k):
+        queries.append(asked)
+        return [f"fact {len(queries)}"]
+        yield  # a generator, as the real one
+
+    monkeypatch.setattr(decide_module, "recall_steps", recall_steps)
+    model = long_run_model(25, summary=lambda messages: "Pages were read.")
+    config = AgentConfig(max_iterations=30)
+    agent = build_agent(model, [fetch], config=config, checkpointer=InMemorySaver(), store=InMemoryStore())
+    result = agent.invoke({"task": "Read the report."}, new_thread())
+    assert result["finish_reason"] == "answered" and result["folds"] == 2
+    # The run's first decision, and the first after each compaction.
+    assert len(queries) == 1 + result["folds"]
+    notes = {m.text for call in model.calls if not is_summary_call(call.messages) for m in call.messages
+             if m.text.startswith(MEMORY_HEADER)}  # fmt: skip
+    assert len(notes) == 1 + result["folds"] and all("Recalled from long-term memory:" in note for note in notes)

@@ -445,13 +445,22 @@ def entries(count, result=lambda i: f"r{i}"):
     return messages
 
 
-def test_compress_memory_evicts_whole_old_entries_beyond_capacity_as_digests():
-    state = {"task": "t", "messages": entries(4)}
-    update = frozen_call(compress_memory, state, make_context(memory_capacity=2, compress_every=5), {})
+def test_compress_memory_leaves_the_window_alone_until_it_is_over_capacity():
+    # Between compactions the window only grows: the prompt's history is the previous one plus the new messages.
+    for count in range(1, 5):
+        assert compress_memory({"task": "t", "messages": entries(count)}, make_context(memory_capacity=4), {}) == {}
+
+
+def test_a_full_window_s_compaction_folds_its_oldest_compress_every_whole_entries_at_once():
+    state = {"task": "t", "messages": entries(5), "recalled": ["an old fact"]}
+    update = frozen_call(compress_memory, state, make_context(memory_capacity=4, compress_every=2), {})
     assert all(isinstance(m, RemoveMessage) for m in update["messages"])
     assert [m.id for m in update["messages"]] == ["a0", "t0a", "t0b", "a1", "t1a", "t1b"]
-    assert update["pending"] == ['add({"i": 0}) -> r0; add({}) -> same', 'add({"i": 1}) -> r1; add({}) -> same']
-    assert compress_memory({"task": "t", "messages": entries(2)}, make_context(memory_capacity=2), {}) == {}
+    # One summary of the two entries (the extractive one: no summarizer), nothing left pending, and the memory
+    # note's recall cleared, for decide to redo with the new note.
+    (summary,) = update["summaries"]
+    assert all(f'add({{"i": {i}}}) -> r{i}' in summary for i in range(2)) and '"i": 2' not in summary
+    assert (update["pending"], update["folds"], update["recalled"]) == ([], 1, None)
 
 
 def test_compress_memory_keeps_only_the_newest_of_repeated_calls_with_no_digest_of_the_rest():

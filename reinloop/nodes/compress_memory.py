@@ -1,23 +1,25 @@
-"""compress_memory: keep the short-term window bounded and fold what leaves it into summaries.
+"""compress_memory: keep the short-term window bounded, in batches, and fold what leaves it into a summary.
 
-Reads `messages`, `pending`, `summaries`, `folds`, `usage`. Writes `messages` (removals only), `pending`,
-and on a fold `summaries`, `folds`, `usage`, `last_call`, plus the summary and each folded step's digest
-in the long-term store.
-Window entries (a decision with its results, or a note) are kept or dropped whole, so a tool call never
-loses its result:
+Reads `messages`, `pending`, `summaries`, `folds`, `usage`. Writes `messages` (removals only), and at a
+compaction `recalled` (cleared: decide recalls anew for the new note) and on a fold `summaries`, `folds`,
+`pending` (emptied), `usage`, `last_call`, plus the summary and each folded step's digest in the long-term
+store.
+Between compactions the window only grows but for rules 1 and 2, so each prompt is the previous one plus the
+new messages (up to the entry a rule removed) and a provider's prompt cache (or llama.cpp's KV cache) reuses
+it. Entries (a decision with its results, or a note) are kept or dropped whole, so a tool call never loses its
+result:
 1. LRU: an entry that repeats a newer one (the same calls with the same results, or the same note) is
-   dropped, and the newer one stays; the dropped repeat leaves no digest, since the newer copy says the
-   same (the repeat guards tell the model about repeats, and the newer copy leaves its own digest).
-2. Failures the model moved past: a decision whose every call failed, or an error note (an unreadable
-   reply), leaves the window with no digest once a newer entry follows it (a success, or another
-   attempt): the model has answered it, its error text would be sent again with every later prompt, the
-   repeat guards keep their own record of failed calls (`call_window`), and a reflection turn lists the
-   errors of a streak itself (`streak_errors`). Only the newest entry, if it failed, stays for the model
-   to react to.
-3. Entries beyond `memory_capacity`, oldest first, leave the window as one-line digests (`pending`), and so
-   do more while the next prompt would exceed `context_token_budget`.
-4. Every `compress_every` digests, or at once when over budget, the digests are folded into a summary by
-   the summarizer model; a failing summarizer falls back to the digests themselves.
+   dropped, and the newer one stays; the dropped repeat leaves no digest, since the newer copy says the same.
+2. Failures the model moved past: a decision whose every call failed, or an error note, leaves with no
+   digest once a newer entry follows it (the repeat guards keep their own record of failed calls, and a
+   reflection turn lists the errors of a streak itself). Only the newest entry, if it failed, stays. Its
+   prompt was cached up to it, so leaving costs the cache one entry.
+3. A compaction, once more than `memory_capacity` entries remain or the next prompt would exceed
+   `context_token_budget`: the oldest entries leave as one-line digests until `memory_capacity + 1 -
+   compress_every` remain (at least one, the newest), so a full window folds `compress_every` entries at
+   once; more leave while the next prompt would exceed the budget.
+4. The digests are folded into one summary by the summarizer model at once; a failing summarizer falls
+   back to the digests themselves.
 """
 
 from __future__ import annotations
@@ -68,49 +70,57 @@ def _compress_memory(
     state: AgentState, ctx: AgentContext, config: RunnableConfig, store: BaseStore | None
 ) -> Steps[dict[str, Any]]:
     settings = ctx.settings
-    entries = window_entries(state.get("messages", []))
-    kept, dropped = _latest_of_each(entries)
+    kept, dropped = _latest_of_each(window_entries(state.get("messages", [])))
     kept, resolved = _without_resolved_failures(kept)
-    # In window order. No error note is among them: one that is not the newest entry has left as a failure the
-    # model moved past, and the newest entry always stays.
-    evicted = kept[: max(0, len(kept) - settings.memory_capacity)]
-    kept = kept[len(evicted) :]
-    dropped = [*dropped, *resolved]
-    pending = [*(state.get("pending") or []), *(digest(entry) for entry in evicted)]
     summaries = list(state.get("summaries") or [])
-    tokens = _next_prompt_tokens(state, ctx, kept, summaries, pending)
-    while tokens > settings.context_token_budget and len(kept) > 1:
-        evicted.append(kept.pop(0))
-        pending.append(digest(evicted[-1]))
-        tokens = _next_prompt_tokens(state, ctx, kept, summaries, pending)
-    over_budget = tokens > settings.context_token_budget
-
+    pending = list(state.get("pending") or [])
     update: dict[str, Any] = {}
-    if len(pending) >= settings.compress_every or (pending and over_budget):
-        folded = yield from summarize_steps(ctx.summarizer, state["task"], pending, settings.summary_max_chars)
-        folds = state.get("folds", 0) + 1
-        summaries = [*summaries, folded.text][-SUMMARIES_KEPT:]
-        if store is not None:
-            # The summary, and each step's digest on its own: recall can then find one precise fact
-            # that a summary of several steps left out or diluted.
-            namespace, iteration = memory_namespace(config), state.get("iteration", 0)
-            yield from remember_steps(
-                store, namespace, f"{folds:06d}-summary", folded.text, iteration=iteration, kind="summary"
-            )
-            for number, line in enumerate(pending):
-                yield from remember_steps(
-                    store, namespace, f"{folds:06d}-step-{number}", line, iteration=iteration, kind="step"
-                )
-        update.update(summaries=summaries, folds=folds)
-        if folded.reply is not None:
-            last_call = call_usage("compress_memory", folded.reply, ctx.counter.messages(folded.prompt), ctx.counter)
-            update.update(last_call=last_call, usage=add_usage(state.get("usage", NO_USAGE), last_call))
-        pending = []
-    if pending != (state.get("pending") or []):
-        update["pending"] = pending
-    removed = [message for entry in (*dropped, *evicted) for message in entry]
+    evicted: list[list[BaseMessage]] = []
+    if len(kept) > settings.memory_capacity or _over_budget(state, ctx, kept, summaries, pending):
+        # A compaction. In window order; no error note is among them: one that is not the newest entry has left
+        # as a failure the model moved past, and the newest entry always stays.
+        evicted = kept[: max(0, len(kept) - max(1, settings.memory_capacity + 1 - settings.compress_every))]
+        kept = kept[len(evicted) :]
+        pending += [digest(entry) for entry in evicted]
+        while len(kept) > 1 and _over_budget(state, ctx, kept, summaries, pending):
+            evicted.append(kept.pop(0))
+            pending.append(digest(evicted[-1]))
+        update["recalled"] = None
+        if pending:
+            update.update((yield from _fold(state, ctx, config, store, summaries, pending)))
+    removed = [message for entry in (*dropped, *resolved, *evicted) for message in entry]
     if removed:
         update["messages"] = [RemoveMessage(id=message.id) for message in removed if message.id is not None]
+    return update
+
+
+def _fold(
+    state: AgentState,
+    ctx: AgentContext,
+    config: RunnableConfig,
+    store: BaseStore | None,
+    summaries: list[str],
+    pending: list[str],
+) -> Steps[dict[str, Any]]:
+    """Fold the digests `pending` into a summary: the update that keeps it (and its call's usage), after
+    saving the summary and each digest in the long-term store."""
+    folded = yield from summarize_steps(ctx.summarizer, state["task"], pending, ctx.settings.summary_max_chars)
+    folds = state.get("folds", 0) + 1
+    if store is not None:
+        # The summary, and each step's digest on its own: recall can then find one precise fact that a summary
+        # of several steps left out or diluted.
+        namespace, iteration = memory_namespace(config), state.get("iteration", 0)
+        yield from remember_steps(
+            store, namespace, f"{folds:06d}-summary", folded.text, iteration=iteration, kind="summary"
+        )
+        for number, line in enumerate(pending):
+            yield from remember_steps(
+                store, namespace, f"{folds:06d}-step-{number}", line, iteration=iteration, kind="step"
+            )
+    update: dict[str, Any] = {"summaries": [*summaries, folded.text][-SUMMARIES_KEPT:], "folds": folds, "pending": []}
+    if folded.reply is not None:
+        last_call = call_usage("compress_memory", folded.reply, ctx.counter.messages(folded.prompt), ctx.counter)
+        update.update(last_call=last_call, usage=add_usage(state.get("usage", NO_USAGE), last_call))
     return update
 
 
@@ -138,15 +148,15 @@ def _without_resolved_failures(
     return kept + entries[-1:], resolved
 
 
-def _next_prompt_tokens(
+def _over_budget(
     state: AgentState,
     ctx: AgentContext,
     kept: list[list[BaseMessage]],
     summaries: list[str],
     pending: list[str],
-) -> int:
-    """What the next decision's prompt will cost, with room for the memories recall may add."""
+) -> bool:
+    """Whether the next decision's prompt would exceed the budget, with room for the memories recall may add."""
     window = [message for entry in kept for message in entry]
     prompt = assemble(ctx, state["task"], window, summaries=summaries, pending=pending)
     recall_room = ctx.settings.recall_k * ctx.settings.summary_max_chars // CHARS_PER_TOKEN
-    return prompt_tokens(ctx, prompt) + recall_room
+    return prompt_tokens(ctx, prompt) + recall_room > ctx.settings.context_token_budget

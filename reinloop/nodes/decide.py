@@ -1,7 +1,8 @@
 """decide: ask the model for the next decision, within the context token budget.
 
-Reads `task`, `messages` (the window), `summaries`, `pending`, `reflection`, `correction`, `usage`, and
-recalls long-term memories from the store. Writes `decision`, `correction` (cleared), `last_call`, `usage`
+Reads `task`, `messages` (the window), `summaries`, `pending`, `recalled`, `reflection`, `correction`, `usage`,
+and recalls long-term memories from the store when `recalled` is unset. Writes `decision`, `correction` (cleared),
+`recalled`, `last_call`, `usage`
 and, when the reply parses, `reflection` (cleared: the reflection turn is taken) and appends the reply to
 `messages` with its thought cut to `thought_max_chars`. Outcomes: an "act" or "answer" decision, or an
 "unparsable" one whose raw text (cut to RAW_KEPT_CHARS) stays out of the window (validate_args chooses
@@ -75,7 +76,10 @@ def _decide(
     if not isinstance(task, str) or not task.strip():
         raise InputError('the agent needs a task: invoke it with {"task": "..."}')
     new_run = state.get("finish_reason") is not None
-    memories = yield from _recall(state, ctx, config, store)
+    # Recalled once for each memory note (a run's first decision, the first after a compaction), so that the
+    # note stays the same, and cacheable, until the next compaction.
+    recalled = None if new_run else state.get("recalled")
+    memories = recalled if recalled is not None else (yield from _recall(state, ctx, config, store))
     key = cache_key(config)
     if ctx.middleware.around_model:
         turn, counts = yield from _model_turn(state, ctx, memories, new_run or "usage" not in state, key)
@@ -83,7 +87,10 @@ def _decide(
         prompt, counted = build_prompt(state, ctx, memories)
         sent, kwargs = for_provider(ctx.chat_model, prompt, key, bound_settings(ctx.model))
         turn, counts = ModelTurn(replies=[((yield from invoke(ctx.model, sent, **kwargs)), prompt)]), [counted]
-    return _decided(state, ctx, turn, counts, new_run)
+    update = _decided(state, ctx, turn, counts, new_run)
+    if recalled is None:
+        update["recalled"] = memories
+    return update
 
 
 def _decided(state: AgentState, ctx: AgentContext, turn: ModelTurn, counts: list[int], new_run: bool) -> dict[str, Any]:
