@@ -4,38 +4,26 @@ HTTP: it records every request body, as the real API would receive it."""
 from __future__ import annotations
 
 import json
-import threading
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Self
+from http.server import BaseHTTPRequestHandler
+from typing import Any
 
-from tests.openai_server import JsonHandler
+from tests.openai_server import JsonHandler, LoopbackServer
 
 
-class ScriptedAnthropicServer:
+class ScriptedAnthropicServer(LoopbackServer):
     """POST /v1/messages answers from a queue of replies: a string (text) or {"tool": name, "args": {...}}, with
     `usage` (input_tokens, output_tokens, cache_read_input_tokens, cache_creation_input_tokens) as set; an
     exhausted script answers HTTP 500. `requests`: every request body."""
 
     def __init__(self) -> None:
-        self.requests: list[dict[str, Any]] = []
         self.replies: list[Any] = []
         self.usage: dict[str, int] = {"input_tokens": 100, "output_tokens": 10}
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        super().__init__()
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        return self.address
 
     def _message(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         if not self.replies:

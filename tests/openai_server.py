@@ -25,23 +25,20 @@ class JsonHandler(BaseHTTPRequestHandler):
         pass
 
 
-class _ChatServer:
-    """/v1/models lists `model_id`; /v1/chat/completions answers with `_completion(body)`. Records every request
-    body. A request with ``"stream": true`` gets the reply as one server-sent chunk."""
-
-    model_id = "scripted"
+class LoopbackServer:
+    """An HTTP server on a free port of 127.0.0.1, serving `_handler()` in a thread for the length of a `with`
+    block; `requests` is for the request bodies a subclass records."""
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
-        handler = self._handler()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         # A short poll: shutdown() waits for it, at every test's teardown.
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
     @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+    def address(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def __enter__(self) -> Self:
         self._thread.start()
@@ -50,6 +47,20 @@ class _ChatServer:
     def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        raise NotImplementedError
+
+
+class _ChatServer(LoopbackServer):
+    """/v1/models lists `model_id`; /v1/chat/completions answers with `_completion(body)`. Records every request
+    body. A request with ``"stream": true`` gets the reply as one server-sent chunk."""
+
+    model_id = "scripted"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.address}/v1"
 
     def _completion(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         raise NotImplementedError
