@@ -60,7 +60,9 @@ class Bound:
     decisions: int  # model calls of decide, parse retries included
     executions: int  # tool runs, in-place retries included
     model_calls: int  # decisions and summaries (at most one fold a round)
-    tokens: int | None  # prompt and reply tokens of those calls; None: max_reply_tokens is None (no cap)
+    # Prompt and reply tokens of those calls; None: max_reply_tokens is None (no cap), or no context budget was
+    # given (the default: build_agent resolves it from the model and the tools).
+    tokens: int | None
 
     @property
     def what(self) -> str:
@@ -72,6 +74,7 @@ class WorstCase:
     """One `Bound` per runaway (`RUNAWAYS`), printable as a table."""
 
     bounds: tuple[Bound, ...]
+    reply_tokens: int | None = None  # max_reply_tokens: with no budget given, tokens show per budget
 
     def __getitem__(self, runaway: Runaway) -> Bound:
         for bound in self.bounds:
@@ -86,28 +89,36 @@ class WorstCase:
             "| --- | --- | ---: | ---: | ---: | ---: |",
         ]
         for bound in self.bounds:
-            tokens = "no limit" if bound.tokens is None else f"{bound.tokens:,}"
+            tokens = self._per_budget(bound) if bound.tokens is None else f"{bound.tokens:,}"
             rows.append(
                 f"| {bound.what} | {' or '.join(bound.stops)} | {bound.rounds} | {bound.decisions} | "
                 f"{bound.executions} | {tokens} |"
             )
         return "\n".join(rows)
 
+    def _per_budget(self, bound: Bound) -> str:
+        """A bound's tokens when the settings alone do not give them: no cap, or a product of the budget."""
+        if self.reply_tokens is None:
+            return "no limit"
+        return f"{bound.model_calls} * (budget + {self.reply_tokens:,})"
+
     def __str__(self) -> str:
         return self.table()
 
 
-def worst_case(settings: AgentConfig, circuit: bool = True) -> WorstCase:
+def worst_case(settings: AgentConfig, circuit: bool = True, context_token_budget: int | None = None) -> WorstCase:
     """Each runaway's bound under `settings`, with the built-in guards (`circuit`: with the tool circuit,
-    which gives a failing tool no in-place retries after its first failure)."""
-    return WorstCase(tuple(_Rules(settings, circuit).bound(runaway) for runaway in RUNAWAYS))
+    which gives a failing tool no in-place retries after its first failure), each prompt at most
+    `context_token_budget` (None: the setting's)."""
+    rules = _Rules(settings, circuit, context_token_budget or settings.context_token_budget)
+    return WorstCase(tuple(rules.bound(runaway) for runaway in RUNAWAYS), settings.max_reply_tokens)
 
 
 class _Rules:
     """The guards' rules, counted in rounds."""
 
-    def __init__(self, settings: AgentConfig, circuit: bool) -> None:
-        self.settings, self.circuit = settings, circuit
+    def __init__(self, settings: AgentConfig, circuit: bool, budget: int | None) -> None:
+        self.settings, self.circuit, self.budget = settings, circuit, budget
         s = settings
         self.horizon = s.loop_window + max(s.repeats_after_feedback, s.repeats_after_cache)
         # Rounds in which an identical call reaches the tool before the repeat refusal stops it (None: never).
@@ -203,9 +214,9 @@ class _Rules:
         executions = self.tool_budget if executions is None else min(executions, self.tool_budget)
         decisions = rounds * per_round
         model_calls = decisions + rounds
-        if s.max_reply_tokens is None:
+        if s.max_reply_tokens is None or self.budget is None:
             return Bound(runaway, stops, rounds, decisions, executions, model_calls, None)
-        per_call = s.context_token_budget + s.max_reply_tokens
+        per_call = self.budget + s.max_reply_tokens
         tokens = model_calls * per_call
         if s.run_token_budget is not None:
             # The budget is checked after each round: at most one round's calls past it.

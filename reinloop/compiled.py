@@ -61,6 +61,7 @@ class _Agent(CompiledStateGraph[RunState, None, Any, AgentState]):
         thread_wait_s: float,
         guards: tuple[Guard, ...],
         fresh_budgets: dict[str, Any],
+        context_token_budget: int,
         **graph: Any,
     ) -> None:
         super().__init__(**graph)
@@ -68,6 +69,8 @@ class _Agent(CompiledStateGraph[RunState, None, Any, AgentState]):
         self.thread_wait_s = thread_wait_s
         self.guards = guards  # in table order: what ends its runs, with which exit code
         self.fresh_budgets = fresh_budgets  # what `reinloop.resume` writes for a fresh budget
+        # The tokens one model call may be sent, as build_agent resolved it (`reinloop.budget`).
+        self.context_token_budget = context_token_budget
 
     @classmethod
     def of(cls, graph: CompiledAgent, **agent: Any) -> _Agent:

@@ -47,9 +47,9 @@ MAX_BACKOFF_S = MAX_TIMEOUT_S / 2
 # The default cap on one model reply. A decision is a tool call (a name, JSON arguments and a line of reasoning,
 # which is kept to thought_max_chars, 300) or a short final answer: tens to a few hundred tokens. 1,024 tokens
 # (about 4,000 characters of English) leave room for a file written in one call or an answer of a few
-# paragraphs, while a runaway stops at a sixth of the default context_token_budget (6,000), the prompt the
-# reply joins, instead of filling the model's context (uncapped, llama.cpp's server once generated 4,076 tokens,
-# 110 s, for one decision of the embedded model).
+# paragraphs, while a runaway stops at a sixth of the memory's default share of the context budget (6,000
+# tokens, `reinloop.budget`) instead of filling the model's context (uncapped, llama.cpp's server once generated
+# 4,076 tokens, 110 s, for one decision of the embedded model).
 DEFAULT_REPLY_TOKENS = 1_024
 
 
@@ -213,8 +213,14 @@ class AgentConfig(BaseModel):
     )
     summary_max_chars: int = Field(600, ge=100, description="Length limit of one summary of folded entries.")
     recall_k: int = Field(2, ge=0, description="Long-term memories recalled into each prompt (needs a store).")
-    context_token_budget: int = Field(
-        6_000, ge=500, description="Tokens one model call may be sent: system prompt, tools, memory, window."
+    context_token_budget: int | None = Field(
+        None,
+        ge=500,
+        description=(
+            "Tokens one model call may be sent: system prompt, tool schemas, task, memory, window. None: the "
+            "system prompt and tool schemas plus 6,000 for the task and memory, within the model's input window "
+            "(its LangChain profile's max_input_tokens)."
+        ),
     )
     run_token_budget: int | None = Field(
         None,
@@ -275,10 +281,12 @@ class AgentConfig(BaseModel):
     def _waitable_backoff(cls, seconds: float) -> float:
         return _waitable(seconds, MAX_BACKOFF_S)
 
-    def worst_case(self) -> WorstCase:
+    def worst_case(self, context_token_budget: int | None = None) -> WorstCase:
         """The most rounds, decisions, tool runs and tokens each runaway model spends before its guard's stop,
-        under these settings and the built-in guards (`reinloop.bounds`); ``print(config.worst_case())``."""
-        return worst_case(self)
+        under these settings and the built-in guards (`reinloop.bounds`); ``print(config.worst_case())``. Each
+        model call's prompt counts at `context_token_budget` (an agent's: ``build_agent(...).context_token_budget``)
+        or the setting; with neither, the tokens are shown per budget."""
+        return worst_case(self, context_token_budget=context_token_budget)
 
     def __init__(self, **values: object) -> None:
         try:

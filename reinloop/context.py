@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import Runnable
 
+from reinloop.budget import ContextBudget, input_window
 from reinloop.config import AgentConfig
 from reinloop.errors import ConfigurationError
 from reinloop.guards import DEFAULT_GUARDS, Guard, fresh_budgets
@@ -35,6 +36,7 @@ class AgentContext:
     summarizer: Runnable[Any, BaseMessage] | None  # folds window entries into summaries; None: extractive only
     counter: TokenCounter  # the model's tokenizer, offline
     tool_tokens: int  # what the tool schemas the protocol sends beside the messages cost
+    budget: ContextBudget  # the tokens one model call may be sent (`reinloop.budget`)
     state_keys: frozenset[str] = AGENT_STATE_KEYS  # the state's keys: what InjectedState and ToolRuntime.state read
     tool_keys: frozenset[str] = frozenset()  # the state_schema's and middleware's keys: what a tool's Command may write
     approvals: frozenset[str] = frozenset()  # the tools whose calls wait for a person's approval (`reinloop.approvals`)
@@ -72,7 +74,8 @@ class AgentContext:
         # never a guard's: a tool must not reset what guards it.
         guard_keys = {key for guard in guards if guard.state_schema for key in state_keys(guard.state_schema)}
         tool_keys = keys - AGENT_STATE_KEYS - guard_keys
-        return cls(
+        given = settings.context_token_budget
+        ctx = cls(
             settings,
             registry,
             protocol,
@@ -81,6 +84,7 @@ class AgentContext:
             summarizer,
             counter,
             tool_tokens,
+            ContextBudget.of(given, 0, None),  # until the fixed part is measured, below
             keys,
             tool_keys,
             approvals,
@@ -89,3 +93,9 @@ class AgentContext:
             middleware,
             chat_model,
         )
+        # The fixed part is measured on the prompt as `reinloop.prompt` lays it out for this context (imported
+        # here: it imports this module).
+        from reinloop.prompt import assemble, prompt_tokens
+
+        fixed = prompt_tokens(ctx, assemble(ctx, "", []))
+        return replace(ctx, budget=ContextBudget.of(given, fixed, input_window(chat_model)))

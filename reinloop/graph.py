@@ -65,7 +65,6 @@ from reinloop.nodes import (
     observe,
     validate_args,
 )
-from reinloop.prompt import assemble, prompt_tokens
 from reinloop.protocols import DecisionProtocol, get_protocol
 from reinloop.state import AgentInput, AgentState, RunState, extended, run_state, runs
 from reinloop.tools.registry import ToolRegistry
@@ -230,6 +229,7 @@ def build_agent(
         thread_wait_s=config.thread_wait_s,
         guards=table,
         fresh_budgets=ctx.fresh,
+        context_token_budget=ctx.budget.tokens,
     )
     compiled = compiled.with_config(recursion_limit=recursion_limit(config.max_iterations))
     if not saved:
@@ -471,10 +471,6 @@ def _context(
             f"{type(chat_model).__name__} does not support native tool calling (bind_tools); "
             'use AgentConfig(protocol="json")'
         ) from None
-    fixed = prompt_tokens(ctx, assemble(ctx, "", []))
-    if fixed > config.context_token_budget // 2:
-        raise ConfigurationError(
-            f"the system prompt and tool schemas alone take {fixed} tokens, more than half of "
-            f"context_token_budget={config.context_token_budget}: raise the budget or use fewer tools"
-        )
+    if problem := ctx.budget.problem():
+        raise ConfigurationError(problem)
     return ctx

@@ -89,7 +89,7 @@ def fit_to_budget(
     correction: str | None = None,
     reflection: str | None = None,
 ) -> tuple[list[BaseMessage], int]:
-    """What `assemble` gives, made to fit `context_token_budget`, and its tokens.
+    """What `assemble` gives, made to fit the context budget (`ctx.budget`), and its tokens.
 
     Only the copy sent to the model is cut, never state, and never the system prompt:
     1. The largest part of any other message is cut first, by what is over and at least by half: a text
@@ -97,10 +97,10 @@ def fit_to_budget(
        call keeps its name and id), or an over-long name. A part cut as far as it goes is left alone.
     2. If everything is cut and it still does not fit, the fewest oldest window entries that make it fit are
        dropped whole, so that a tool call never loses its result.
-    3. What remains is sent as it is (build_agent refuses a fixed part over half the budget).
+    3. What remains is sent as it is (build_agent refuses a budget that leaves the memory too little).
     Every cut makes the prompt strictly shorter or leaves a part alone for good, so it ends for any input.
     """
-    budget = ctx.settings.context_token_budget
+    budget = ctx.budget.tokens
     draft = _Draft.of(task, window, memory_note(summaries, pending, memories), [reflection, correction])
     prompt, tokens = draft.measure(ctx)
     if tokens <= budget:

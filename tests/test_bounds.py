@@ -114,8 +114,10 @@ def runaway_reply(runaway: Runaway, n: int, protocol: str, mix: list[int]) -> AI
     }[kind]()
 
 
-def run_runaway(runaway: Runaway, config: AgentConfig, mix: tuple[int, ...] = (0,)) -> tuple[dict[str, Any], int, int]:
-    """The run's final state, its decisions and its tool runs."""
+def run_runaway(
+    runaway: Runaway, config: AgentConfig, mix: tuple[int, ...] = (0,)
+) -> tuple[dict[str, Any], int, int, int]:
+    """The run's final state, its decisions, its tool runs and the agent's context budget."""
     ledger, decisions = Ledger(), itertools.count()
 
     def respond(messages: list[BaseMessage]) -> AIMessage | str:
@@ -126,7 +128,7 @@ def run_runaway(runaway: Runaway, config: AgentConfig, mix: tuple[int, ...] = (0
     summarizer = ScriptedChatModel(respond=lambda messages: "earlier steps")
     agent = build_agent(model, ledger.tools(), config=config, summary_model=summarizer)
     result = agent.invoke({"task": "Add the numbers, then answer."}, THREAD)
-    return result, len(model.calls), len(ledger.runs)
+    return result, len(model.calls), len(ledger.runs), agent.context_token_budget
 
 
 def assert_within(bound: Bound, result: dict[str, Any], decisions: int, executions: int) -> None:
@@ -161,9 +163,8 @@ SETTINGS = st.fixed_dictionaries(
 @given(values=SETTINGS, mix=st.lists(st.integers(0, 6), min_size=1, max_size=8))
 def test_no_runaway_model_outlives_its_computed_worst_case(runaway: Runaway, values: dict[str, Any], mix: list[int]):
     config = AgentConfig(**values, tool_backoff_s=0.0)
-    bound = config.worst_case()[runaway]
-    result, decisions, executions = run_runaway(runaway, config, tuple(mix))
-    assert_within(bound, result, decisions, executions)
+    result, decisions, executions, budget = run_runaway(runaway, config, tuple(mix))
+    assert_within(config.worst_case(budget)[runaway], result, decisions, executions)
 
 
 GUARDED: dict[Runaway, str] = {
@@ -184,8 +185,8 @@ GUARDED: dict[Runaway, str] = {
 def test_under_the_defaults_each_runaway_ends_in_its_guards_stop_within_10_decisions(runaway, max_iterations):
     protocol = "json" if runaway == "unreadable_replies" else "tool_calling"
     config = AgentConfig(max_iterations=max_iterations, protocol=protocol, tool_backoff_s=0.0)
-    bound = config.worst_case()[runaway]
-    result, decisions, executions = run_runaway(runaway, config)
+    result, decisions, executions, budget = run_runaway(runaway, config)
+    bound = config.worst_case(budget)[runaway]
     assert (result["finish_reason"], bound.stops[0]) == (GUARDED[runaway], GUARDED[runaway])
     assert decisions <= bound.decisions <= 10
     assert_within(bound, result, decisions, executions)
@@ -195,7 +196,7 @@ def test_under_the_defaults_each_runaway_ends_in_its_guards_stop_within_10_decis
 
 def test_empty_replies_under_native_tool_calls_end_as_an_error_streak_within_10_decisions():
     config = AgentConfig(tool_backoff_s=0.0)
-    result, decisions, _ = run_runaway("unreadable_replies", config)
+    result, decisions, _, _ = run_runaway("unreadable_replies", config)
     assert (result["finish_reason"], decisions) == ("error_streak", config.worst_case()["unreadable_replies"].decisions)
     assert decisions <= 10
 
@@ -205,7 +206,7 @@ def test_the_bounds_are_reached_not_only_respected(runaway: Runaway):
     # A bound that is never reached would hide a guard that stops too late behind a loose formula.
     config = AgentConfig(tool_backoff_s=0.0)
     bound = config.worst_case()[runaway]
-    result, decisions, _ = run_runaway(runaway, config)
+    result, decisions, _, _ = run_runaway(runaway, config)
     assert (result["iteration"], decisions) == (bound.rounds, bound.decisions)
 
 

@@ -21,6 +21,7 @@ from reinloop.models import openai_compatible_model, resolve_model
 from reinloop.protocols import PROTOCOLS as REGISTERED
 from reinloop.testing import ScriptedChatModel, cut_reply, json_action, tool_call
 from reinloop.tools import ToolRegistry
+from reinloop.tools.toolset import default_toolset
 from tests.conftest import add, new_thread
 from tests.openai_server import RUNAWAY_DECISION, RunawayOpenAIServer
 
@@ -279,8 +280,10 @@ def test_the_command_ends_a_runaway_within_its_run_token_budget(runaway, tmp_pat
     assert (code, values["finish_reason"]) == (EXIT_CODES["token_budget"], "token_budget")
     assert_capped(runaway, DEFAULT_REPLY_TOKENS)
     # The budget is checked after each round: it is passed by one round at most, a reply and its retry, each
-    # capped, sent a prompt within context_token_budget.
-    round_most = 2 * (DEFAULT_REPLY_TOKENS + AgentConfig().context_token_budget)
+    # capped, sent a prompt within the context budget: at most the toolset's fixed part plus the memory's share.
+    toolset = default_toolset(tmp_path / "tools", model=ScriptedChatModel())
+    budget = build_agent(ScriptedChatModel(), toolset, config=AgentConfig(protocol="json")).context_token_budget
+    round_most = 2 * (DEFAULT_REPLY_TOKENS + budget)
     assert values["iteration"] == 1 and values["usage"]["total_tokens"] < 2000 + round_most
 
 

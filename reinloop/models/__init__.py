@@ -139,10 +139,11 @@ def model_from_settings(
     if base_url:
         yield _server_model(model, base_url, protocol, max_reply_tokens)
     elif model == LOCAL or (model is None and not os.environ.get("OPENAI_API_KEY")):
-        from reinloop.models.local import REPLY_TOKENS, LocalModelServer, local_protocol
+        from reinloop.models.local import INPUT_TOKENS, REPLY_TOKENS, LocalModelServer, local_protocol
 
         transcript = local_protocol(protocol)  # before the server starts: a wrong protocol fails at once
-        suited = {"context_token_budget": 3_400, "max_reply_tokens": REPLY_TOKENS}
+        # The budget its profile gives too, set here so that it holds over a preset's (layered_config).
+        suited = {"context_token_budget": INPUT_TOKENS, "max_reply_tokens": REPLY_TOKENS}
         with LocalModelServer() as server:
             yield ChosenModel(server.chat_model(), LOCAL, transcript.name, suited, transcript)
     else:

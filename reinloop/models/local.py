@@ -41,6 +41,7 @@ from reinloop.protocols import (
 from reinloop.tools.registry import ToolRegistry
 
 __all__ = [
+    "INPUT_TOKENS",
     "LOCAL_DEFAULT_PROTOCOL",
     "LOCAL_MODEL_NAME",
     "LOCAL_PROTOCOLS",
@@ -59,9 +60,12 @@ STARTUP_TIMEOUT_S = 120.0
 STOP_WAIT_S = 0.5
 # Progress while the server starts (seconds of silence otherwise): the `reinloop` command shows its INFO records.
 LOGGER = logging.getLogger(__name__)
-CONTEXT_TOKENS = 6_144  # room for the budget below counted with another tokenizer, plus the reply
+CONTEXT_TOKENS = 6_144  # room for INPUT_TOKENS counted with another tokenizer, plus the reply
+# The prompt the server's context holds, counted as reinloop counts (cl100k_base): the chat model's profile
+# says so (max_input_tokens), and the context budget follows from it (`reinloop.budget`).
+INPUT_TOKENS = 3_400
 # A decision of the tiny model is one short line (its server constrains it to the protocol's form); the cap
-# leaves room for it in CONTEXT_TOKENS beside a 3,400-token prompt, and stops a runaway within seconds.
+# leaves room for it in CONTEXT_TOKENS beside an INPUT_TOKENS prompt, and stops a runaway within seconds.
 REPLY_TOKENS = 200
 CHAT_FORMAT = "gemma"
 
@@ -214,6 +218,7 @@ class LocalModelServer:
             temperature=0,
             timeout=120,
             max_retries=0,
+            profile={"max_input_tokens": INPUT_TOKENS},
         )
 
 

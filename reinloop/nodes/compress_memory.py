@@ -159,4 +159,4 @@ def _over_budget(
     window = [message for entry in kept for message in entry]
     prompt = assemble(ctx, state["task"], window, summaries=summaries, pending=pending)
     recall_room = ctx.settings.recall_k * ctx.settings.summary_max_chars // CHARS_PER_TOKEN
-    return prompt_tokens(ctx, prompt) + recall_room > ctx.settings.context_token_budget
+    return prompt_tokens(ctx, prompt) + recall_room > ctx.budget.tokens
