@@ -30,7 +30,7 @@ from langchain.agents.middleware import SummarizationMiddleware
 from langchain_core.tools import StructuredTool
 from langchain_openai import ChatOpenAI
 
-from reinloop import AgentConfig, ConfigurationError, build_agent
+from reinloop import AgentConfig, build_agent
 from reinloop.memory import TokenCounter
 
 COMMAND = ".venv/bin/python benchmarks/cost.py --rounds 10 30 60 100 200 --tools 5 40"
@@ -584,6 +584,7 @@ class Figures:
     output: int
     cached: dict[Rule, int]  # tokens served from cache (read, reused) under each rule
     breaks: Counter[str] = field(default_factory=Counter)  # where a decision's prompt first differs from the last
+    memoryless: float = 0.0  # `memoryless_cost`: this run's decisions with no memory at all
 
     @property
     def requests(self) -> int:
@@ -615,7 +616,20 @@ def figures(requests: Sequence[Request]) -> Figures:
             "llama.cpp": sum(llama_reused(blocks)),
         },
         breaks=prefix_breaks([request for request in requests if request.kind == "decision"]),
+        memoryless=memoryless_cost([request for request in requests if request.kind == "decision"]),
     )
+
+
+def memoryless_cost(decisions: Sequence[Request]) -> float:
+    """A floor under any memory: the run's decisions priced as if each sent only the tool list, the task and the
+    newest turn (its last two messages, the call and its result), with the tool list and the task read from the
+    cache (0.1x, no 1,024 minimum nor 128 steps) and the newest turn and the output (4x) paid in full."""
+    first, *rest = decisions
+    total = float(first.tokens)
+    for request in rest:
+        stable = sum(len(block) for block in request.blocks[:2])
+        total += CACHED_PRICE * stable + sum(len(block) for block in request.blocks[-2:])
+    return total + OUTPUT_PRICE * sum(request.output for request in decisions)
 
 
 def prefix_breaks(decisions: Sequence[Request]) -> Counter[str]:
@@ -650,39 +664,16 @@ def _model(server: RecordingServer, name: str) -> ChatOpenAI:
     return ChatOpenAI(model=name, base_url=server.base_url, api_key="unused", max_retries=0, timeout=60)
 
 
-def reinloop_config(tools: list[StructuredTool], rounds: int, server: RecordingServer) -> tuple[AgentConfig, str]:
-    """reinloop's defaults (iterations raised to the rounds), or, when build_agent refuses the toolset under the
-    default context_token_budget, the smallest budget it accepts, and a note that says so."""
-    config = AgentConfig(max_iterations=rounds + 1)
-    if _accepts(config, tools, server):
-        return config, ""
-    low, high = config.context_token_budget + 1, 1_000_000
-    while low < high:
-        middle = (low + high) // 2
-        if _accepts(config.model_copy(update={"context_token_budget": middle}), tools, server):
-            high = middle
-        else:
-            low = middle + 1
-    note = (f"build_agent refuses {len(tools)} tools under the default context_token_budget "
-            f"({config.context_token_budget:,}); run with the smallest budget it accepts, {low:,}")  # fmt: skip
-    return config.model_copy(update={"context_token_budget": low}), note
-
-
-def _accepts(config: AgentConfig, tools: list[StructuredTool], server: RecordingServer) -> bool:
-    try:
-        build_agent(_model(server, AGENT_MODEL), tools, config=config)
-    except ConfigurationError:
-        return False
-    return True
-
-
 def run_reinloop(server: RecordingServer, tools: list[StructuredTool], rounds: int) -> str:
-    config, note = reinloop_config(tools, rounds, server)
-    agent = build_agent(_model(server, AGENT_MODEL), tools, config=config, summary_model=_model(server, SUMMARY_MODEL))
+    """reinloop with its defaults (iterations raised to the rounds); the note names the context budget it resolved
+    for the toolset (the tool schemas plus the memory's share, `reinloop.budget`)."""
+    model = _model(server, AGENT_MODEL)
+    agent = build_agent(model, tools, config=AgentConfig(max_iterations=rounds + 1),
+                        summary_model=_model(server, SUMMARY_MODEL))  # fmt: skip
     server.start_run(rounds)
     result = agent.invoke({"task": TASK})
     assert result["finish_reason"] == "answered", result["finish_reason"]
-    return note
+    return f"default context budget {agent.context_token_budget:,} tokens"  # type: ignore[attr-defined]
 
 
 def run_create_agent(server: RecordingServer, tools: list[StructuredTool], rounds: int) -> str:
@@ -693,9 +684,9 @@ def run_create_agent(server: RecordingServer, tools: list[StructuredTool], round
 
 
 # SummarizationMiddleware as a careful user configures it: the trigger counts the whole prompt as the provider
-# reports it (tool schemas included), so it sits that far above the conversation budget, the same 6,000 tokens as
-# reinloop's default context_token_budget; keep (10 messages: the last five rounds) well under the trigger, so
-# that each summary folds several rounds at once instead of one round every call. No trimming of what is
+# reports it (tool schemas included), so it sits that far above the conversation budget, the same 6,000 tokens
+# as the memory's share of reinloop's default context budget; keep (10 messages: the last five rounds) well under
+# the trigger, so that each summary folds several rounds at once instead of one round every call. No trimming of what is
 # summarized: with the default (the last 4,000 tokens, starting on a human message) nothing is left on this
 # workload, whose only human message is the task, and the middleware writes "Previous conversation was too long
 # to summarize." without calling the model: cheaper, but the history is lost.
@@ -763,7 +754,8 @@ def ratio_table(runs: Sequence[Run]) -> list[str]:
     for peer in PEERS:
         suffix = "" if peer == "create_agent" else ", vs summarization"
         head += "".join(f" {RULE_TITLES[rule]}{suffix} |" for rule in RULES) + f" largest prompt{suffix} |"
-    lines = [head, "| ---: | ---: |" + " ---: |" * (len(PEERS) * (len(RULES) + 1))]
+    head += " memoryless floor, OpenAI |"
+    lines = [head, "| ---: | ---: |" + " ---: |" * (len(PEERS) * (len(RULES) + 1) + 1)]
     for tools, rounds in sorted({(run.tools, run.rounds) for run in runs}):
         mine = by[("reinloop", tools, rounds)]
         cells = []
@@ -771,6 +763,7 @@ def ratio_table(runs: Sequence[Run]) -> list[str]:
             theirs = by[(peer, tools, rounds)]
             cells += [f"{mine.cost(rule) / theirs.cost(rule):.2f}" for rule in RULES]
             cells.append(f"{mine.largest / theirs.largest:.2f}")
+        cells.append(f"{mine.memoryless / by[('create_agent', tools, rounds)].cost('openai'):.2f}")
         lines.append(f"| {tools} | {rounds} | " + " | ".join(cells) + " |")
     return lines
 
@@ -807,7 +800,10 @@ def page(runs: Sequence[Run], plot_name: str) -> str:
         "",
         "Priced cost of reinloop's run divided by the peer's, under each rule, and the ratio of their largest "
         "prompts (below 1: reinloop is cheaper or smaller). `vs summarization`: against create_agent with "
-        "SummarizationMiddleware.",
+        "SummarizationMiddleware. `memoryless floor`: what any agent would pay, against create_agent under "
+        "OpenAI's rule, if each decision sent only the tool list, the task and the newest turn "
+        "(`memoryless_cost`): every tool schema is read from the cache on every request and every reply is "
+        "paid at 4x, so no memory layout goes below it.",
         "",
         *ratio_table(runs),
         "",
@@ -878,12 +874,13 @@ def reading(runs: Sequence[Run]) -> list[str]:
                 f"and {mine.cost('llama.cpp') / plain.cost('llama.cpp'):.2f}x under llama.cpp's."
             )
     longest = max((run for run in runs if run.agent == "reinloop"), key=lambda run: (run.rounds, run.tools))
-    (label, count), total = longest.figures.breaks.most_common(1)[0], sum(longest.figures.breaks.values())
+    breaks = longest.figures.breaks
+    changed = sum(count for label, count in breaks.items() if label != "appended")
     lines.append(
-        f"- Where reinloop loses the cache ({longest.tools} tools, {longest.rounds} rounds): {count} of its {total} "
-        f"decisions after the first differ from the previous one from {label} on, and everything after that "
-        "block is sent again uncached (prefixes are matched token by token, so text appended to a message keeps "
-        "the old text cached up to it); the others only append to the previous prompt."
+        f"- Where reinloop loses the cache ({longest.tools} tools, {longest.rounds} rounds): {breaks['appended']} "
+        f"of its {sum(breaks.values())} decisions after the first only append to the previous prompt; {changed} "
+        "differ from it before their new messages (see the blocks above), and everything after that block is "
+        "sent again uncached."
     )
     return lines
 
