@@ -57,6 +57,17 @@ def test_the_server_stops_with_its_block():
         httpx.get(f"{url}/models", timeout=2)
 
 
+def test_the_server_keeps_no_logits_of_prompt_tokens(server):
+    import httpx
+
+    # llama-cpp-python's server computes them for every prompt token unless told not to (about half of a
+    # decision's time); only logprobs need them, and the server says so when asked for logprobs.
+    body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1, "logprobs": True, "top_logprobs": 1}
+    response = httpx.post(f"{server.base_url}/chat/completions", json=body, timeout=60)
+    assert response.status_code >= 400
+    assert "logits_all=False" in response.text
+
+
 @pytest.mark.parametrize("name", ["json", "react", "call_tool"])
 def test_each_transcript_shows_worked_examples_its_own_protocol_reads(name, tmp_path):
     from langchain_core.messages import AIMessage, HumanMessage, SystemMessage

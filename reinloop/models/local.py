@@ -152,9 +152,15 @@ class LocalModelServer:
         self.port = _free_port()
         # The GGUF carries no chat template, so llama-cpp-python would fall back to llama-2's ([INST], <<SYS>>),
         # which Gemma never saw: its own turns are llama-cpp-python's "gemma" format.
+        # The server's logits_all defaults to on: every prompt token's logits over Gemma's 262,144-token vocabulary
+        # (1 MB a token) computed and copied, needed only for logprobs, which reinloop never asks for. Off, a
+        # decision's new tokens take about half the time (benchmarks/local_latency.py). One model stays loaded and
+        # reuses the KV cache of the prefix a prompt shares with the previous one; the server's --cache (a copy of
+        # the state after every reply, to restore an older prefix) is left off: it cost about 1 s a request and
+        # helps only the first decision after a summary, whose prompt changes after the task anyway.
         command = [sys.executable, "-m", "llama_cpp.server", "--model", str(self.model_path), "--host", "127.0.0.1",
                    "--port", str(self.port), "--n_ctx", str(self.context_tokens),
-                   "--chat_format", CHAT_FORMAT]  # fmt: skip
+                   "--chat_format", CHAT_FORMAT, "--logits_all", "false"]  # fmt: skip
         started = time.monotonic()
         LOGGER.info("starting the embedded model %s ...", LOCAL_MODEL_NAME)
         # Ctrl-C inside Popen would leave the server running with no handle to stop it (between fork and exec
