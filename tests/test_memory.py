@@ -530,14 +530,15 @@ def test_the_prompt_marks_where_its_cacheable_prefixes_end_and_its_volatile_note
     prompt, _ = build_prompt(state, ctx, ["an old fact"])
     marks = [(m.text[:12], m.additional_kwargs.get(CACHE_POINT_KEY), m.additional_kwargs.get(VOLATILE_KEY))
              for m in prompt]  # fmt: skip
-    assert marks == [
+    expected = [
         ("Add.", True, None),  # the task: the same for the whole run
-        (MEMORY_HEADER[:12], True, None),  # the note: the same until the next compaction
+        (MEMORY_HEADER[:12], True, None),  # the note: the same until a compaction
         ("", None, None),
         ("3", None, None),  # the history, never copied to be marked
         ("Think again.", None, True),
         ("Write JSON.", None, True),
     ]
+    assert marks == expected
     assert prompt[2] is window[0] and prompt[3] is window[1]
 
 
