@@ -32,6 +32,8 @@ from langchain_openai import ChatOpenAI
 
 from reinloop import AgentConfig, build_agent
 from reinloop.memory import TokenCounter
+from reinloop.memory.summary import FOLD_REQUEST
+from reinloop.tools.selection import SELECT_TOOLS_PROMPT
 
 COMMAND = ".venv/bin/python benchmarks/cost.py --rounds 10 30 60 100 200 --tools 5 40"
 SEED = 44
@@ -50,6 +52,7 @@ OPENAI_MIN_CACHED = 1_024
 OPENAI_STEP = 128
 
 AGENT_MODEL = "agent"
+EMBEDDED_SECTION = "## The embedded model"  # benchmarks/local_latency.py's section of the page
 SUMMARY_MODEL = "summarizer"
 
 # ----------------------------------------------------------------------------------------------------- workload
@@ -315,11 +318,14 @@ def call_id(number: int) -> str:
 # ------------------------------------------------------------------------------------- the recording server
 
 
+Kind = Literal["decision", "summary", "selection"]
+
+
 @dataclass(frozen=True)
 class Request:
     """One request as sent, tokenised: its blocks (the tool list, then each message) and the reply's tokens."""
 
-    kind: Literal["decision", "summary"]
+    kind: Kind
     blocks: tuple[tuple[int, ...], ...]
     labels: tuple[str, ...]  # what each block is: "tools" or "message N (role: its start)"
     weights: tuple[int, ...]  # Anthropic content blocks in each block: one per tool, text and tool call
@@ -344,7 +350,7 @@ class Tokeniser:
             self._known[text] = tokens
         return tokens
 
-    def request(self, kind: Literal["decision", "summary"], body: dict[str, Any], output: int) -> Request:
+    def request(self, kind: Kind, body: dict[str, Any], output: int) -> Request:
         blocks, labels, weights = [], [], []
         if body.get("tools"):
             blocks.append(self.block(json.dumps(body["tools"], ensure_ascii=False, separators=(",", ":"))))
@@ -359,6 +365,18 @@ class Tokeniser:
 
     def reply(self, message: dict[str, Any]) -> int:
         return len(self.block(message_text(message))) - 1
+
+
+def is_fold_request(body: dict[str, Any]) -> bool:
+    """Whether `body` is reinloop's fold request to the agent's own model (its default summarizer)."""
+    messages = body.get("messages") or [{}]
+    return _content(messages[-1]).startswith(FOLD_REQUEST[:40])
+
+
+def is_selection_request(body: dict[str, Any]) -> bool:
+    """Whether `body` is reinloop's request to pick the run's tools (`AgentConfig.max_tools`)."""
+    messages = body.get("messages") or [{}]
+    return _content(messages[-1]).startswith(SELECT_TOOLS_PROMPT[:40])
 
 
 def _content(message: dict[str, Any]) -> str:
@@ -382,9 +400,9 @@ def message_text(message: dict[str, Any]) -> str:
 class RecordingServer:
     """An OpenAI-compatible chat server on 127.0.0.1 that plays the workload's script and records every request.
 
-    Requests for SUMMARY_MODEL get SUMMARY, numbered (each summary of a run differs from the last, as real ones
-    do); the others are decisions: the n-th of a run gets step n's tool call, and the one after the last round
-    gets ANSWER."""
+    Requests for SUMMARY_MODEL, and reinloop's fold requests (`is_fold_request`), get SUMMARY, numbered (each
+    summary of a run differs from the last, as real ones do); the others are decisions: the n-th of a run gets
+    step n's tool call, and the one after the last round gets ANSWER."""
 
     def __init__(self) -> None:
         self.tokeniser = Tokeniser()
@@ -411,10 +429,13 @@ class RecordingServer:
         self.requests, self.rounds, self._decisions = [], rounds, 0
 
     def answer(self, body: dict[str, Any]) -> dict[str, Any]:
-        if body.get("model") == SUMMARY_MODEL:
-            kind: Literal["decision", "summary"] = "summary"
+        if is_selection_request(body):
+            kind: Kind = "selection"
+            message: dict[str, Any] = {"role": "assistant", "content": SELECTION}
+        elif body.get("model") == SUMMARY_MODEL or is_fold_request(body):
+            kind = "summary"
             summaries = sum(request.kind == "summary" for request in self.requests)
-            message: dict[str, Any] = {"role": "assistant", "content": f"Summary {summaries + 1}. {SUMMARY}"}
+            message = {"role": "assistant", "content": f"Summary {summaries + 1}. {SUMMARY}"}
         else:
             kind, number = "decision", self._decisions
             self._decisions += 1
@@ -585,10 +606,11 @@ class Figures:
     cached: dict[Rule, int]  # tokens served from cache (read, reused) under each rule
     breaks: Counter[str] = field(default_factory=Counter)  # where a decision's prompt first differs from the last
     memoryless: float = 0.0  # `memoryless_cost`: this run's decisions with no memory at all
+    selections: int = 0  # requests that picked the run's tools (`AgentConfig.max_tools`)
 
     @property
     def requests(self) -> int:
-        return self.decisions + self.summaries
+        return self.decisions + self.summaries + self.selections
 
     def cost(self, rule: Rule) -> float:
         """Input-token units: cached tokens at 0.1x, the rest at 1x (1.25x where written), output at 4x."""
@@ -604,6 +626,7 @@ def figures(requests: Sequence[Request]) -> Figures:
     blocks = [request.blocks for request in requests]
     weights = [request.weights for request in requests]
     return Figures(
+        selections=sum(request.kind == "selection" for request in requests),
         decisions=sum(request.kind == "decision" for request in requests),
         summaries=sum(request.kind == "summary" for request in requests),
         prompt=sum(request.tokens for request in requests),
@@ -668,8 +691,7 @@ def run_reinloop(server: RecordingServer, tools: list[StructuredTool], rounds: i
     """reinloop with its defaults (iterations raised to the rounds); the note names the context budget it resolved
     for the toolset (the tool schemas plus the memory's share, `reinloop.budget`)."""
     model = _model(server, AGENT_MODEL)
-    agent = build_agent(model, tools, config=AgentConfig(max_iterations=rounds + 1),
-                        summary_model=_model(server, SUMMARY_MODEL))  # fmt: skip
+    agent = build_agent(model, tools, config=AgentConfig(max_iterations=rounds + 1))
     server.start_run(rounds)
     result = agent.invoke({"task": TASK})
     assert result["finish_reason"] == "answered", result["finish_reason"]
@@ -710,8 +732,29 @@ def run_summarizing_agent(server: RecordingServer, tools: list[StructuredTool], 
             "trim_tokens_to_summarize=None")  # fmt: skip
 
 
+# reinloop showing the model 10 of the 40 tools (`AgentConfig.max_tools`), picked by the model once per run: the
+# script's pick is the 5 tools the workload calls and 5 more a model would plausibly take for a release review.
+SUBSET = 10
+SUBSET_AGENT = f"reinloop, max_tools={SUBSET}"
+SELECTION = (
+    "search_issues, get_issue, list_issues, list_commits, get_commit, get_file_contents, search_code, "
+    "list_pull_requests, get_pull_request, list_releases"
+)
+
+
+def run_reinloop_subset(server: RecordingServer, tools: list[StructuredTool], rounds: int) -> str:
+    model = _model(server, AGENT_MODEL)
+    agent = build_agent(model, tools, config=AgentConfig(max_iterations=rounds + 1, max_tools=SUBSET))
+    server.start_run(rounds)
+    result = agent.invoke({"task": TASK})
+    assert result["finish_reason"] == "answered", result["finish_reason"]
+    assert len(result.get("tools") or tools) == min(SUBSET, len(tools))
+    return f"the model's pick (scripted): {SELECTION}"
+
+
 AGENTS: dict[str, AgentRunner] = {
     "reinloop": run_reinloop,
+    SUBSET_AGENT: run_reinloop_subset,
     "create_agent": run_create_agent,
     "create_agent + summarization": run_summarizing_agent,
 }
@@ -754,8 +797,8 @@ def ratio_table(runs: Sequence[Run]) -> list[str]:
     for peer in PEERS:
         suffix = "" if peer == "create_agent" else ", vs summarization"
         head += "".join(f" {RULE_TITLES[rule]}{suffix} |" for rule in RULES) + f" largest prompt{suffix} |"
-    head += " memoryless floor, OpenAI |"
-    lines = [head, "| ---: | ---: |" + " ---: |" * (len(PEERS) * (len(RULES) + 1) + 1)]
+    head += " memoryless floor, OpenAI |" + "".join(f" {RULE_TITLES[rule]}, max_tools={SUBSET} |" for rule in RULES)
+    lines = [head, "| ---: | ---: |" + " ---: |" * (len(PEERS) * (len(RULES) + 1) + 1 + len(RULES))]
     for tools, rounds in sorted({(run.tools, run.rounds) for run in runs}):
         mine = by[("reinloop", tools, rounds)]
         cells = []
@@ -763,7 +806,10 @@ def ratio_table(runs: Sequence[Run]) -> list[str]:
             theirs = by[(peer, tools, rounds)]
             cells += [f"{mine.cost(rule) / theirs.cost(rule):.2f}" for rule in RULES]
             cells.append(f"{mine.largest / theirs.largest:.2f}")
-        cells.append(f"{mine.memoryless / by[('create_agent', tools, rounds)].cost('openai'):.2f}")
+        plain = by[("create_agent", tools, rounds)]
+        cells.append(f"{mine.memoryless / plain.cost('openai'):.2f}")
+        subset = by.get((SUBSET_AGENT, tools, rounds))
+        cells += [f"{subset.cost(rule) / plain.cost(rule):.2f}" if subset else "-" for rule in RULES]
         lines.append(f"| {tools} | {rounds} | " + " | ".join(cells) + " |")
     return lines
 
@@ -831,10 +877,13 @@ every call with different arguments, each observation 300 to 2,000 characters, a
 call), then a final answer. The toolset is either those 5 tools or 40 tools of an MCP-like GitHub server (JSON
 schemas of about 6,000 tokens in all); the workload is the same for both, only the schemas sent differ. The
 agents are reinloop with its defaults (max_iterations raised to the rounds), create_agent without middleware,
-and create_agent with SummarizationMiddleware. Each drives langchain-openai's `ChatOpenAI(base_url=...)`
-against a recording OpenAI-compatible server on 127.0.0.1 that plays the script; summaries (reinloop's
-summary_model, the middleware's model) go to the same server under another model name and get the same fixed
-summary, and they are counted as requests of their own, since they are billed too.
+and create_agent with SummarizationMiddleware; with 40 tools also reinloop with `max_tools=10`, whose model
+picks 10 tools before the first decision (a scripted pick: the 5 tools the workload calls and 5 more a model
+would plausibly take for a release review). Each drives langchain-openai's `ChatOpenAI(base_url=...)`
+against a recording OpenAI-compatible server on 127.0.0.1 that plays the script; summaries get the same fixed
+summary and are counted as requests of their own, since they are billed too. reinloop's come from the agent's
+own model (its default: a fold request after the last decision's prompt, so cached with it); the middleware's
+go to another model name, as its own summarization prompt shares nothing with the decisions.
 
 Every request body is tokenised as sent, with cl100k_base (offline), in one fixed linearization: the tool
 schemas as JSON first, as providers place them, then each message (role, name, tool_call_id, content, tool
@@ -873,6 +922,18 @@ def reading(runs: Sequence[Run]) -> list[str]:
                 f"({mine.cost('anthropic, lookback') / plain.cost('anthropic, lookback'):.2f}x with the lookback) "
                 f"and {mine.cost('llama.cpp') / plain.cost('llama.cpp'):.2f}x under llama.cpp's."
             )
+    for tools, rounds in sorted((key[1], key[2]) for key in by if key[0] == SUBSET_AGENT):
+        plain = by[("create_agent", tools, rounds)]
+        subset, whole = (
+            [by[(agent, tools, rounds)].cost(rule) / plain.cost(rule) for rule in ("openai", "anthropic")]
+            for agent in (SUBSET_AGENT, "reinloop")
+        )
+        lines.append(
+            f"- {tools} tools, {rounds} rounds, with `max_tools={SUBSET}`: reinloop shows the model the {SUBSET} "
+            f"tools it picked for the task (one request more), and costs {subset[0]:.2f}x create_agent under "
+            f"OpenAI's rule and {subset[1]:.2f}x under Anthropic's, against {whole[0]:.2f}x and {whole[1]:.2f}x "
+            f"with all {tools} shown."
+        )
     longest = max((run for run in runs if run.agent == "reinloop"), key=lambda run: (run.rounds, run.tools))
     breaks = longest.figures.breaks
     changed = sum(count for label, count in breaks.items() if label != "appended")
@@ -900,7 +961,8 @@ def plot(runs: Sequence[Run], out: Path) -> None:
                 mine = sorted(
                     (run.rounds, run.figures.cost(rule)) for run in runs if (run.agent, run.tools) == (agent, tools)
                 )
-                ax.plot([r for r, _ in mine], [c for _, c in mine], marker="o", label=agent)
+                if mine:
+                    ax.plot([r for r, _ in mine], [c for _, c in mine], marker="o", label=agent)
             ax.set_title(f"{tools} tools, {RULE_TITLES[rule]} caching")
             ax.set_xscale("log")
             ax.set_yscale("log")
@@ -925,6 +987,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         for tools in args.tools:
             for count in rounds:
                 for agent in AGENTS:
+                    if agent == SUBSET_AGENT and tools <= SUBSET:
+                        continue  # nothing to pick: the same run as reinloop's
                     runs.append(measure(server, agent, tools, count))
                     print(f"done: {agent}, {tools} tools, {count} rounds", file=sys.stderr, flush=True)
     for tools in args.tools:
@@ -932,7 +996,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     print("\n" + "\n".join(ratio_table(runs)) + "\n\n" + "\n".join(breaks_lines(runs)))
     if not args.quick:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "cost.md").write_text(page(runs, "cost.png"))
+        doc = args.out / "cost.md"
+        # The embedded model's section is written by benchmarks/local_latency.py --doc: kept as it is.
+        embedded = doc.read_text().partition(f"\n{EMBEDDED_SECTION}\n") if doc.exists() else ("", "", "")
+        doc.write_text(
+            page(runs, "cost.png").rstrip("\n") + ("\n\n" + "".join(embedded[1:]).lstrip("\n") if embedded[1] else "\n")
+        )
         plot(runs, args.out / "cost.png")
         print(f"\nwrote {args.out / 'cost.md'} and {args.out / 'cost.png'}")
 

@@ -75,12 +75,16 @@ class Recorder:
         self._server.server_close()
 
     def reply(self, body: dict[str, Any]) -> dict[str, Any]:
-        from cost import ANSWER, SUMMARY, scripted_step
+        from cost import ANSWER, SUMMARY, is_fold_request, scripted_step
 
-        # Only a decision is constrained to the protocol's form; the summarizer is the bare chat model.
-        kind: Kind = "decision" if "response_format" in body or "grammar" in body else "summary"
+        # Only a decision is constrained to the protocol's form, and a fold request in the decisions' context (the
+        # agent's own model summarizes, answering in that form); a separate summarizer is the bare chat model.
+        folding = is_fold_request(body)
+        constrained = "response_format" in body or "grammar" in body
+        kind: Kind = "decision" if constrained and not folding else "summary"
         if kind == "summary":
             text = f"Summary {sum(r['kind'] == 'summary' for r in self.requests) + 1}. {SUMMARY}"
+            text = self.protocol.format_answer(text) if folding else text
         elif self._decisions >= self.rounds:
             text = self.protocol.format_answer(ANSWER, "I have checked everything.")
         else:

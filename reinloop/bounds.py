@@ -59,7 +59,7 @@ class Bound:
     rounds: int
     decisions: int  # model calls of decide, parse retries included
     executions: int  # tool runs, in-place retries included
-    model_calls: int  # decisions and summaries (at most one fold a round)
+    model_calls: int  # decisions and summaries (at most one fold a round), and the pick of the run's tools
     # Prompt and reply tokens of those calls; None: max_reply_tokens is None (no cap), or no context budget was
     # given (the default: build_agent resolves it from the model and the tools).
     tokens: int | None
@@ -213,7 +213,8 @@ class _Rules:
         s = self.settings
         executions = self.tool_budget if executions is None else min(executions, self.tool_budget)
         decisions = rounds * per_round
-        model_calls = decisions + rounds
+        # At most one fold a round, and one pick of the run's tools before the first (`max_tools`).
+        model_calls = decisions + rounds + (s.max_tools is not None)
         if s.max_reply_tokens is None or self.budget is None:
             return Bound(runaway, stops, rounds, decisions, executions, model_calls, None)
         per_call = self.budget + s.max_reply_tokens

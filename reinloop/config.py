@@ -222,6 +222,15 @@ class AgentConfig(BaseModel):
             "(its LangChain profile's max_input_tokens)."
         ),
     )
+    max_tools: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Most tools the model is shown in a run: with more tools than this, the agent's model picks them for "
+            "the task in one call before the run's first decision, and the run keeps them (so the tool schemas, "
+            "the start of every prompt, stay cached); a call of another tool still runs. None: all tools."
+        ),
+    )
     run_token_budget: int | None = Field(
         None,
         ge=1,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -44,6 +45,28 @@ class AgentContext:
     fresh: dict[str, Any] = field(default_factory=lambda: fresh_budgets(DEFAULT_GUARDS, FRESH_BUDGETS))
     middleware: Middleware = NO_MIDDLEWARE  # LangChain middleware run inside the nodes (`reinloop.middleware`)
     chat_model: Any = None  # the model as given, before the protocol bound it (what middleware requests name)
+    narrowed: dict[tuple[str, ...], AgentContext] = field(default_factory=dict)  # `shown`'s, by the tools shown
+
+    def shown(self, names: Sequence[str] | None) -> AgentContext:
+        """This context as the model sees it in a run shown only the tools `names` (`AgentConfig.max_tools`, the
+        state's `tools`): its registry, binding, instructions and schema tokens those tools' (the budget stays
+        the whole toolset's). None, or names that leave out none of the tools: this context."""
+        known = tuple(name for name in self.registry.names if name in set(names or ()))
+        if not known or len(known) == len(self.registry):
+            return self
+        narrowed = self.narrowed.get(known)
+        if narrowed is None:
+            registry = self.registry.subset(known)
+            narrowed = replace(
+                self,
+                registry=registry,
+                model=self.protocol.bind(self.chat_model, registry),
+                system_prompt=_system_prompt(self.settings, self.protocol, registry),
+                tool_tokens=self.counter.tools(self.protocol.tool_schemas(registry)),
+                narrowed={},
+            )
+            self.narrowed[known] = narrowed
+        return narrowed
 
     @classmethod
     def create(
@@ -58,8 +81,7 @@ class AgentContext:
         guards: tuple[Guard, ...] = DEFAULT_GUARDS,
         middleware: Middleware = NO_MIDDLEWARE,
     ) -> AgentContext:
-        instructions = protocol.instructions(registry)
-        system_prompt = "\n\n".join(part for part in (settings.system_prompt, instructions) if part) or None
+        system_prompt = _system_prompt(settings, protocol, registry)
         counter = TokenCounter(getattr(chat_model, "model_name", None) or getattr(chat_model, "model", None))
         tool_tokens = counter.tools(protocol.tool_schemas(registry))
         bound = protocol.bind(chat_model, registry)
@@ -99,3 +121,9 @@ class AgentContext:
 
         fixed = prompt_tokens(ctx, assemble(ctx, "", []))
         return replace(ctx, budget=ContextBudget.of(given, fixed, input_window(chat_model)))
+
+
+def _system_prompt(settings: AgentConfig, protocol: DecisionProtocol, registry: ToolRegistry) -> str | None:
+    """The system prompt, then the protocol's instructions for `registry`'s tools; None when both are empty."""
+    instructions = protocol.instructions(registry)
+    return "\n\n".join(part for part in (settings.system_prompt, instructions) if part) or None

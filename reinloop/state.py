@@ -357,6 +357,9 @@ class AgentState(TypedDict, total=False):
     # Long-term memories shown in the memory note: decide recalls them when None (a run's first decision, the
     # first after a compaction), compress_memory clears them at each compaction.
     recalled: list[str] | None
+    # The tools the model is shown this run (AgentConfig.max_tools), in the registry's order: chosen by decide
+    # before a run's first decision; None: all of them.
+    tools: list[str] | None
     # Tokens used since the run started or was resumed; decide and compress_memory add, a new run resets.
     usage: TokenUsage
     # The latest model call's tokens; written by decide and compress_memory.

@@ -111,3 +111,18 @@ def test_three_rounds_with_five_tools_record_every_request_as_sent():
     assert runs["create_agent"].figures == runs["create_agent + summarization"].figures
     # reinloop cuts observations to 500 characters, create_agent sends them whole.
     assert runs["reinloop"].figures.prompt < runs["create_agent"].figures.prompt
+
+
+def test_with_40_tools_max_tools_sends_one_pick_then_only_the_picked_schemas():
+    with cost.RecordingServer() as server:
+        whole = cost.measure(server, "reinloop", 40, 3)
+        subset = cost.measure(server, cost.SUBSET_AGENT, 40, 3)
+        requests = list(server.requests)
+    pick, *decisions = requests
+    assert pick.kind == "selection" and "tools" not in pick.labels  # a plain question, no schemas
+    assert [request.kind for request in decisions] == ["decision"] * 4
+    for request in decisions:
+        schemas = json.loads(cost.ENCODING.decode(list(request.blocks[0][:-1])))
+        assert sorted(schema["function"]["name"] for schema in schemas) == sorted(cost.SELECTION.split(", "))
+    assert subset.figures.selections == 1 and subset.figures.requests == 5
+    assert subset.figures.largest < whole.figures.largest / 2  # 10 schemas instead of 40

@@ -13,7 +13,7 @@ from langgraph.types import Command, interrupt
 from reinloop import AgentConfig, AgentInput, ConfigurationError, InputError, build_agent
 from reinloop.guards.repeats import CACHED_RESULT_TEMPLATE
 from reinloop.memory import pairing_violations
-from reinloop.memory.summary import SUMMARY_PROMPT
+from reinloop.memory.summary import is_summary_request
 from reinloop.testing import ScriptedChatModel, ScriptExhaustedError, json_action, parallel_calls, tool_call
 from tests.conftest import NO_CIRCUIT, THREAD, add, explode, lookup, make_agent
 
@@ -435,7 +435,7 @@ def test_every_model_call_sees_a_well_paired_bounded_window():
     seen = []
 
     def respond(messages):
-        if messages[0].text.startswith(SUMMARY_PROMPT[:40]):  # a compaction's fold: the model is the summarizer
+        if is_summary_request(messages):  # a compaction's fold: the model is the summarizer
             return "Added numbers."
         seen.append(messages)
         assert pairing_violations(messages[1:]) == []  # after the task

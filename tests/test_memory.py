@@ -17,10 +17,10 @@ from langgraph.store.memory import InMemoryStore
 
 from reinloop import AgentConfig, ConfigurationError, build_agent, resume
 from reinloop.memory import TokenCounter, pairing_violations
-from reinloop.memory.summary import SUMMARY_PROMPT
+from reinloop.memory.summary import FOLD_REQUEST, SUMMARY_PROMPT, is_summary_request
 from reinloop.prompt import CACHE_POINT_KEY, MEMORY_HEADER, VOLATILE_KEY, fit_to_budget, prompt_tokens
 from reinloop.storable import clean_text
-from reinloop.testing import ScriptedChatModel, parallel_calls, tool_call
+from reinloop.testing import ScriptedChatModel, json_action, parallel_calls, tool_call
 from reinloop.text import truncate
 from tests.conftest import THREAD, add, make_agent, make_context, new_thread
 
@@ -52,7 +52,7 @@ def fetch(page: int) -> str:
 
 
 def is_summary_call(messages: list[BaseMessage]) -> bool:
-    return messages[0].content.startswith(SUMMARY_START)
+    return is_summary_request(messages)
 
 
 def long_run_model(rounds: int, summary=lambda messages: "S" * 5_000) -> ScriptedChatModel:
@@ -515,8 +515,16 @@ def test_between_compactions_each_prompt_is_the_previous_one_plus_the_new_messag
     # of them: the prompt changes before its new messages once in ten rounds, and the task always leads it.
     assert breaks == list(range(11, rounds + 1, 10)) and result["folds"] == len(breaks)
     assert all(prompt[0].text == "Read the report." for prompt in decisions)
-    folded = [call for call in model.calls if is_summary_call(call.messages)]
-    assert len(folded) == len(breaks) and all(call.messages[1].text.count("\n- fetch(") == 10 for call in folded)
+    # Each fold asks the agent's own model (the default summarizer) with the last decision's prompt up to the ten
+    # entries that leave, in full and with the same tools, so a provider serves that prompt from its cache.
+    folds = [n for n, call in enumerate(model.calls) if is_summary_call(call.messages)]
+    assert len(folds) == len(breaks)
+    for n in folds:
+        fold, before = model.calls[n], model.calls[n - 1]
+        shown = history(fold.messages)
+        assert fold.messages[-1].text.startswith(FOLD_REQUEST[:40]) and fold.tools == before.tools
+        assert shown == history(before.messages)[: len(shown)]
+        assert sum(bool(getattr(m, "tool_calls", None)) for m in shown) == 10
 
 
 def test_the_prompt_marks_where_its_cacheable_prefixes_end_and_its_volatile_notes():
@@ -562,3 +570,56 @@ def test_long_term_memories_are_recalled_once_for_each_memory_note(monkeypatch):
     notes = {m.text for call in model.calls if not is_summary_call(call.messages) for m in call.messages
              if m.text.startswith(MEMORY_HEADER)}  # fmt: skip
     assert len(notes) == 1 + result["folds"] and all("Recalled from long-term memory:" in note for note in notes)
+
+
+@pytest.mark.parametrize(
+    ("protocol", "reply", "expected"),
+    [
+        # A fold's reply is read as a decision is: its final answer, in the protocol's own shape, is the summary.
+        ("tool_calling", "Pages 0 to 9 were read.", "Pages 0 to 9 were read."),
+        ("json", json_action("final_answer", "Pages 0 to 9 were read."), "Pages 0 to 9 were read."),
+        # A tool call is not a summary: the digests of the folded steps are, and the run goes on.
+        ("tool_calling", tool_call("fetch", {"page": 99}), "- fetch("),
+    ],
+)
+def test_a_fold_by_the_agents_own_model_is_read_as_its_final_answer(protocol, reply, expected):
+    def respond(messages):
+        if is_summary_call(messages):
+            return reply
+        done = sum(1 for call in model.calls if not is_summary_call(call.messages)) - 1
+        if done >= 12:
+            return "All read." if protocol == "tool_calling" else json_action("final_answer", "All read.")
+        if protocol == "tool_calling":
+            return tool_call("fetch", {"page": done})
+        return json_action("fetch", {"page": done})
+
+    model = ScriptedChatModel(respond=respond)
+    agent = build_agent(model, [fetch], config=AgentConfig(max_iterations=20, protocol=protocol))
+    result = agent.invoke({"task": "Read the report."}, new_thread())
+    assert result["finish_reason"] == "answered" and result["folds"] == 1
+    assert result["summaries"][0].startswith(expected)
+    assert sum(is_summary_call(call.messages) for call in model.calls) == 1
+
+
+def test_a_separate_summary_model_gets_the_digests_in_its_own_prompt():
+    summarizer = ScriptedChatModel(respond=lambda messages: "Ten pages read.")
+    model = long_run_model(12)
+    agent = build_agent(model, [fetch], config=AgentConfig(max_iterations=20), summary_model=summarizer)
+    result = agent.invoke({"task": "Read the report."}, new_thread())
+    assert result["summaries"] == ["Ten pages read."]
+    assert not any(is_summary_call(call.messages) for call in model.calls)
+    [fold] = summarizer.calls
+    assert fold.messages[0].text.startswith(SUMMARY_START) and fold.messages[1].text.count("\n- fetch(") == 10
+
+
+def test_a_fold_that_would_not_fit_the_budget_in_context_asks_with_the_digests_instead():
+    node = sys.modules["reinloop.nodes.compress_memory"]  # the package's `compress_memory` is the node function
+    entry = [AIMessage("x " * 300, id="a", tool_calls=[{"name": "add", "args": {"a": 1, "b": 2}, "id": "c"}]),
+             ToolMessage("3", tool_call_id="c", id="t")]  # fmt: skip
+    state = {"task": "Add.", "messages": entry, "summaries": []}
+    roomy = make_context(context_token_budget=2_000)
+    prompt = node._fold_prompt(state, roomy, [entry], [])
+    assert prompt is not None and prompt[-1].text.startswith(FOLD_REQUEST[:40]) and prompt[1] is entry[0]
+    assert "the first after the task up to here" in prompt[-1].text  # no memory note yet
+    tight = make_context(context_token_budget=prompt_tokens(roomy, prompt) - 1)
+    assert node._fold_prompt(state, tight, [entry], []) is None

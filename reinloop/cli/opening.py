@@ -33,6 +33,7 @@ LIMITS = (
     "tool_timeout_s",
     "context_token_budget",
     "run_token_budget",
+    "max_tools",
     "thread_wait_s",
 )
 

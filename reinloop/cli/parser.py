@@ -238,6 +238,7 @@ def _agent_options() -> argparse.ArgumentParser:
                          help=_limit_help("tool_timeout_s"))  # fmt: skip
     options.add_argument("--context-token-budget", type=int, metavar="N", help=_limit_help("context_token_budget"))
     options.add_argument("--run-token-budget", type=int, metavar="N", help=_limit_help("run_token_budget"))
+    options.add_argument("--max-tools", type=int, metavar="N", help=_limit_help("max_tools"))
     options.add_argument("--thread-wait", type=float, dest="thread_wait_s", metavar="S",
                          help="seconds to wait while another process runs the thread, then exit with code 75 "
                          "(busy; default: 0, at once)")  # fmt: skip

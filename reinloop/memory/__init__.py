@@ -10,7 +10,7 @@ from reinloop.memory.long_term import (
     remember,
     sqlite_memory_store,
 )
-from reinloop.memory.summary import asummarize, extractive_summary, summarize
+from reinloop.memory.summary import asummarize, extractive_summary, is_summary_request, summarize
 from reinloop.memory.tokens import TokenCounter
 from reinloop.memory.window import digest, entry_key, pairing_violations, window_entries
 
@@ -23,6 +23,7 @@ __all__ = [
     "digest",
     "entry_key",
     "extractive_summary",
+    "is_summary_request",
     "memory_namespace",
     "memory_store",
     "pairing_violations",

@@ -24,6 +24,7 @@ result:
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Optional
 
 from langchain_core.messages import BaseMessage, RemoveMessage
@@ -33,10 +34,12 @@ from langgraph.store.base import BaseStore
 from reinloop.context import AgentContext
 from reinloop.drivers import Steps, adrive, drive
 from reinloop.memory.long_term import memory_namespace, remember_steps
-from reinloop.memory.summary import summarize_steps
+from reinloop.memory.summary import FOLD_REQUEST, summarize_steps, summary_words
 from reinloop.memory.usage import add_usage, call_usage
 from reinloop.memory.window import digest, entry_facts, window_entries
+from reinloop.models.caching import bound_settings, cache_key, for_provider
 from reinloop.prompt import assemble, prompt_tokens
+from reinloop.protocols.interface import read_reply
 from reinloop.state import NO_USAGE, AgentState
 
 __all__ = ["SUMMARIES_KEPT", "acompress_memory", "compress_memory"]
@@ -69,6 +72,7 @@ async def acompress_memory(
 def _compress_memory(
     state: AgentState, ctx: AgentContext, config: RunnableConfig, store: BaseStore | None
 ) -> Steps[dict[str, Any]]:
+    ctx = ctx.shown(state.get("tools"))  # as the decisions see it: their prompts are what a fold continues
     settings = ctx.settings
     kept, dropped = _latest_of_each(window_entries(state.get("messages", [])))
     kept, resolved = _without_resolved_failures(kept)
@@ -87,7 +91,8 @@ def _compress_memory(
             pending.append(digest(evicted[-1]))
         update["recalled"] = None
         if pending:
-            update.update((yield from _fold(state, ctx, config, store, summaries, pending)))
+            prompt = _fold_prompt(state, ctx, evicted, summaries) if ctx.summarizer is ctx.chat_model else None
+            update.update((yield from _fold(state, ctx, config, store, summaries, pending, prompt)))
     removed = [message for entry in (*dropped, *resolved, *evicted) for message in entry]
     if removed:
         update["messages"] = [RemoveMessage(id=message.id) for message in removed if message.id is not None]
@@ -101,10 +106,22 @@ def _fold(
     store: BaseStore | None,
     summaries: list[str],
     pending: list[str],
+    prompt: list[BaseMessage] | None = None,
 ) -> Steps[dict[str, Any]]:
     """Fold the digests `pending` into a summary: the update that keeps it (and its call's usage), after
-    saving the summary and each digest in the long-term store."""
-    folded = yield from summarize_steps(ctx.summarizer, state["task"], pending, ctx.settings.summary_max_chars)
+    saving the summary and each digest in the long-term store. `prompt`: the fold request in the decisions'
+    context (`_fold_prompt`), sent to the agent's model as a decision is; None: the summarizer's own prompt."""
+    settings = ctx.settings
+    if prompt is None:
+        folded = yield from summarize_steps(ctx.summarizer, state["task"], pending, settings.summary_max_chars)
+        tokens = ctx.counter.messages(folded.prompt)
+    else:
+        sent, kwargs = for_provider(ctx.chat_model, prompt, cache_key(config), bound_settings(ctx.model))
+        read = partial(_summary_in_reply, ctx)
+        folded = yield from summarize_steps(
+            ctx.model, state["task"], pending, settings.summary_max_chars, prompt=sent, read=read, **kwargs
+        )
+        tokens = prompt_tokens(ctx, prompt)
     folds = state.get("folds", 0) + 1
     if store is not None:
         # The summary, and each step's digest on its own: recall can then find one precise fact that a summary
@@ -119,9 +136,40 @@ def _fold(
             )
     update: dict[str, Any] = {"summaries": [*summaries, folded.text][-SUMMARIES_KEPT:], "folds": folds, "pending": []}
     if folded.reply is not None:
-        last_call = call_usage("compress_memory", folded.reply, ctx.counter.messages(folded.prompt), ctx.counter)
+        last_call = call_usage("compress_memory", folded.reply, tokens, ctx.counter)
         update.update(last_call=last_call, usage=add_usage(state.get("usage", NO_USAGE), last_call))
     return update
+
+
+def _fold_prompt(
+    state: AgentState, ctx: AgentContext, evicted: list[list[BaseMessage]], summaries: list[str]
+) -> list[BaseMessage] | None:
+    """The fold request in the decisions' context: the last decision's prompt up to the entries that leave (its
+    tools, task, memory note and the start of its history: read from the provider's cache, or llama.cpp's KV
+    cache, where that prompt was), then the request to summarize those entries, in full, as a final answer.
+    None when it would not fit the context budget."""
+    window = [message for entry in evicted for message in entry]
+    request = FOLD_REQUEST.format(
+        after="memory note" if summaries or state.get("pending") or state.get("recalled") else "task",
+        words=summary_words(ctx.settings.summary_max_chars),
+    )
+    prompt = assemble(
+        ctx,
+        state["task"],
+        window,
+        summaries=summaries,
+        pending=state.get("pending") or [],
+        memories=state.get("recalled") or [],
+        correction=request,
+    )
+    return prompt if prompt_tokens(ctx, prompt) <= ctx.budget.tokens else None
+
+
+def _summary_in_reply(ctx: AgentContext, reply: BaseMessage) -> str | None:
+    """The summary a fold request's reply gives as its final answer, as the protocol reads one; None for
+    anything else (a tool call, an unreadable reply)."""
+    decision, _ = read_reply(ctx.protocol, reply, ctx.registry)
+    return decision["answer"] if decision["kind"] == "answer" else None
 
 
 def _latest_of_each(entries: list[list[BaseMessage]]) -> tuple[list[list[BaseMessage]], list[list[BaseMessage]]]:

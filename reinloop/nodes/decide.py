@@ -37,6 +37,7 @@ from reinloop.protocols import read_reply
 from reinloop.state import NO_USAGE, RAW_KEPT_CHARS, AgentState, Decision, stopped, unparsable
 from reinloop.storable import MAX_ARGS_CHARS, MAX_DEPTH, args_problem, clean_text, clean_value, storage_problem
 from reinloop.text import truncate
+from reinloop.tools.selection import select_tools
 
 __all__ = ["UNSTORABLE_ARGS_TEMPLATE", "adecide", "build_prompt", "decide"]
 
@@ -80,17 +81,37 @@ def _decide(
     # note stays the same, and cacheable, until the next compaction.
     recalled = None if new_run else state.get("recalled")
     memories = recalled if recalled is not None else (yield from _recall(state, ctx, config, store))
+    selection, shown = None, None if new_run else state.get("tools")
+    if (limit := _tools_to_pick(state, ctx, new_run)) is not None:
+        selection = yield from select_tools(ctx.chat_model, task, ctx.registry, limit)
+        shown = selection.names
+    view = ctx.shown(shown)  # the context as the model sees it: only the run's tools
     key = cache_key(config)
-    if ctx.middleware.around_model:
-        turn, counts = yield from _model_turn(state, ctx, memories, new_run or "usage" not in state, key)
+    if view.middleware.around_model:
+        turn, counts = yield from _model_turn(state, view, memories, new_run or "usage" not in state, key)
     else:
-        prompt, counted = build_prompt(state, ctx, memories)
-        sent, kwargs = for_provider(ctx.chat_model, prompt, key, bound_settings(ctx.model))
-        turn, counts = ModelTurn(replies=[((yield from invoke(ctx.model, sent, **kwargs)), prompt)]), [counted]
-    update = _decided(state, ctx, turn, counts, new_run)
+        prompt, counted = build_prompt(state, view, memories)
+        sent, kwargs = for_provider(view.chat_model, prompt, key, bound_settings(view.model))
+        turn, counts = ModelTurn(replies=[((yield from invoke(view.model, sent, **kwargs)), prompt)]), [counted]
+    update = _decided(state, view, turn, counts, new_run)
     if recalled is None:
         update["recalled"] = memories
+    if selection is not None:
+        update["tools"] = selection.names
+        if selection.reply is not None:
+            chosen = call_usage("decide", selection.reply, ctx.counter.messages(selection.prompt), ctx.counter)
+            update["usage"] = add_usage(update["usage"], chosen)
+    elif new_run:
+        update["tools"] = None
     return update
+
+
+def _tools_to_pick(state: AgentState, ctx: AgentContext, new_run: bool) -> int | None:
+    """How many tools this decision first picks for the run to show the model (`AgentConfig.max_tools`): at a
+    run's first decision, when there are more tools than that; else None."""
+    limit = ctx.settings.max_tools
+    picks = limit is not None and len(ctx.registry) > limit and (new_run or "tools" not in state)
+    return limit if picks else None
 
 
 def _decided(state: AgentState, ctx: AgentContext, turn: ModelTurn, counts: list[int], new_run: bool) -> dict[str, Any]:

@@ -351,6 +351,13 @@ class ToolRegistry:
     def get(self, name: str) -> RegisteredTool | None:
         return self._tools.get(name)
 
+    def subset(self, names: Iterable[str]) -> ToolRegistry:
+        """A registry of the named tools only, in this one's order, each registered as it is here."""
+        wanted = set(names)
+        chosen = ToolRegistry()
+        chosen._tools = {name: entry for name, entry in self._tools.items() if name in wanted}
+        return chosen
+
     def __getitem__(self, name: str) -> RegisteredTool:
         return self._tools[name]
 
