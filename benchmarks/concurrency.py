@@ -39,7 +39,6 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.graph import END, START, StateGraph
 
 from reinloop import AgentConfig, build_agent
-from reinloop._langchain import as_shipped
 from reinloop.testing import ScriptedChatModel, tool_call
 
 sys.path.insert(0, str(Path(__file__).parent))  # this folder's other benchmark: reinloop's topology floor
@@ -215,11 +214,9 @@ async def timed(agent: str, saver_kind: str, runs: int, args: argparse.Namespace
     async with open_saver(saver_kind, folder) as saver:
         run = AGENTS[agent](args.rounds, args.latency, saver)
         gc.collect()
-        # LangChain's agent as it ships, without reinloop's memoized tool helpers.
-        with as_shipped() if agent == "create_agent" else contextlib.nullcontext():
-            start, cpu = time.perf_counter(), time.process_time()
-            answered = await asyncio.gather(*(run(n) for n in range(runs)))
-            elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+        start, cpu = time.perf_counter(), time.process_time()
+        answered = await asyncio.gather(*(run(n) for n in range(runs)))
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     if not all(answered):
         raise SystemExit(f"{agent}, {saver_kind}, N={runs}: {answered.count(False)} runs did not answer")
     return elapsed, cpu

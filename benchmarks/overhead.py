@@ -28,9 +28,9 @@ from langgraph.graph import END, START, StateGraph
 from reinloop import AgentConfig, build_agent, sqlite_checkpointer
 from reinloop.testing import ScriptedChatModel, tool_call
 
-try:
+try:  # a reinloop tree that patched LangChain's tool helpers at import (before issue 45): time LangChain as shipped
     from reinloop._langchain import as_shipped
-except ImportError:  # a reinloop from before the memoized tool helpers (benchmarks/paired.py's "before" tree)
+except ImportError:  # today's reinloop changes nothing in LangChain
     from contextlib import nullcontext as as_shipped
 
 
@@ -57,7 +57,7 @@ def run_reinloop(iterations: int, checkpointer, durability: str | None = None) -
 
 
 def run_create_agent(iterations: int, checkpointer) -> None:
-    with as_shipped():  # LangChain as it ships, without reinloop's memoized tool helpers
+    with as_shipped():  # LangChain as it ships (see the import)
         agent = create_agent(ScriptedChatModel(replies=script(iterations)), [add], checkpointer=checkpointer)
         result = agent.invoke(
             {"messages": [{"role": "user", "content": "add"}]}, {"configurable": {"thread_id": "bench"}}

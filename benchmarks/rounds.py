@@ -56,9 +56,9 @@ from reinloop import AgentConfig, build_agent, sqlite_checkpointer
 from reinloop.state import FRESH_BUDGETS, CallUsage, RunState
 from reinloop.testing import ScriptedChatModel, tool_call
 
-try:
+try:  # a reinloop tree that patched LangChain's tool helpers at import (before issue 45): time LangChain as shipped
     from reinloop._langchain import as_shipped
-except ImportError:  # a reinloop from before the memoized tool helpers (benchmarks/paired.py's "before" tree)
+except ImportError:  # today's reinloop changes nothing in LangChain
     from contextlib import nullcontext as as_shipped
 
 THREAD = "bench"
@@ -89,7 +89,7 @@ def run_reinloop(rounds: int, saver: Any, durability: str | None) -> None:
 
 
 def run_create_agent(rounds: int, saver: Any, durability: str | None) -> None:
-    with as_shipped():  # LangChain as it ships, without reinloop's memoized tool helpers
+    with as_shipped():  # LangChain as it ships (see the import)
         agent = create_agent(ScriptedChatModel(replies=script(rounds)), [add], checkpointer=saver)
         result = agent.invoke({"messages": [{"role": "user", "content": "add"}]},
                               {"configurable": {"thread_id": THREAD}}, **_config(durability))  # fmt: skip

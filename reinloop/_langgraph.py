@@ -12,7 +12,6 @@ The tests (`tests/test_langgraph_names.py`) check the behaviour behind each name
 from __future__ import annotations
 
 import dataclasses
-import functools
 import inspect
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
@@ -30,11 +29,9 @@ __all__ = [
     "DeltaChannel",
     "DeltaSnapshot",
     "RunnableCallable",
-    "RunnableSeq",
     "compiled_graph_fields",
     "get_all_injected_args",
     "messages_delta_reducer",
-    "set_config_context",
 ]
 
 # The releases the test suite has run on; pyproject.toml pins the same ranges.
@@ -69,7 +66,7 @@ try:
         CONFIG_KEY_SCRATCHPAD,
         INTERRUPT,
     )
-    from langgraph._internal._runnable import RunnableCallable, RunnableSeq, set_config_context
+    from langgraph._internal._runnable import RunnableCallable
     from langgraph._internal._scratchpad import PregelScratchpad
     from langgraph.channels import DeltaChannel
     from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointMetadata
@@ -78,7 +75,6 @@ try:
     from langgraph.graph.state import CompiledStateGraph
     from langgraph.prebuilt.tool_node import _get_all_injected_args as get_all_injected_args
     from langgraph.pregel import Pregel
-    from langgraph.pregel._read import PregelNode
 except ImportError as exc:
     raise unsupported(f"a name reinloop uses is gone ({exc})") from None
 
@@ -101,14 +97,6 @@ def _check_shapes() -> None:
     _check(
         {"func", "afunc", "name", "trace"} <= set(_parameters(RunnableCallable)),
         "RunnableCallable no longer takes func, afunc, name and trace",
-    )
-    # `reinloop.graph` runs a node's sequence (its function, then its writers) without a callback manager when
-    # nothing listens: it rebuilds the sequence LangGraph made and keeps it as the node's cached runnable.
-    _check(
-        {"steps", "name", "trace_inputs", "trace_policy"} <= set(_parameters(RunnableSeq))
-        and _parameters(set_config_context) == ["config", "run"]
-        and isinstance(PregelNode.__dict__.get("node"), functools.cached_property),
-        "a node's runnable is no longer a RunnableSeq kept as PregelNode.node",
     )
     scratchpad = {field.name for field in dataclasses.fields(PregelScratchpad)}
     _check(

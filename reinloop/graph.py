@@ -16,7 +16,6 @@ what failed at the end of its next prompt.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from functools import partial, wraps
 from typing import (
@@ -26,14 +25,12 @@ from typing import (
     Literal,
     TypeAlias,
     TypeVar,
-    cast,
     get_origin,
     get_type_hints,
 )
 
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.language_models import BaseChatModel
-from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
@@ -41,8 +38,7 @@ from langgraph.store.base import BaseStore
 from langgraph.types import RetryPolicy, Send
 from typing_extensions import TypedDict
 
-from reinloop._langchain import unheard
-from reinloop._langgraph import CONFIG_KEY_DURABILITY, RunnableCallable, RunnableSeq, set_config_context
+from reinloop._langgraph import CONFIG_KEY_DURABILITY, RunnableCallable
 from reinloop.approvals import approval_tools
 from reinloop.checkpoint import check_checkpointer
 from reinloop.compiled import RECURSION_LIMIT_TEMPLATE, UNKNOWN_THREAD_TEMPLATE, CompiledAgent, compiled_agent
@@ -224,7 +220,7 @@ def build_agent(
     )
     graph = _diagram(lambda node: _bound(node, ctx), model_retry, state_schema)
     compiled = compiled_agent(
-        _quiet_nodes(graph.compile(checkpointer=checkpointer, store=store, name=name)),
+        graph.compile(checkpointer=checkpointer, store=store, name=name),
         first_steps=steps_to_stop(config),
         thread_wait_s=config.thread_wait_s,
         guards=table,
@@ -360,81 +356,7 @@ def _router(route: Callable[[AgentState], Any], edges: Mapping[Hashable, str]) -
         return labels[target] if isinstance(target, str) else target
 
     labelled.__annotations__ = {"state": _ROUTER_SCHEMAS[route.__name__], "return": Any}
-    return _Router(labelled, _on_loop(labelled), name=route.__name__)
-
-
-class _Router(RunnableCallable):
-    """A router traced as LangGraph traces one, a run of its own on every call, when a callback handler or tracer
-    would see the run (`reinloop._langchain.unheard`), and called as an untraced LangGraph callable otherwise:
-    configuring a callback manager and announcing a run to no one cost two routers a round about 3% of it."""
-
-    def __init__(self, func: Callable[..., Any], afunc: Callable[..., Awaitable[Any]], *, name: str) -> None:
-        super().__init__(func, afunc, name=name)
-        self.untraced = RunnableCallable(func, afunc, name=name, trace=False)
-
-    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        if unheard(config):
-            return self.untraced.invoke(input, config, **kwargs)
-        return super().invoke(input, config, **kwargs)
-
-    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        if unheard(config):
-            return await self.untraced.ainvoke(input, config, **kwargs)
-        return await super().ainvoke(input, config, **kwargs)
-
-
-def _quiet_nodes(graph: CompiledAgent) -> CompiledAgent:
-    """`graph` with each node run as `_QuietNode`: LangGraph builds a node's runnable once, when a task first
-    needs it, and keeps it (`PregelNode.node`); it is built here instead, in its quiet form. A copy of a node
-    (LangGraph copies none when a graph is copied) builds LangGraph's own again."""
-    for node in graph.nodes.values():
-        loud = node.node
-        if type(loud) is RunnableSeq:
-            node.node = _QuietNode(
-                *loud.steps, name=loud.name, trace_inputs=loud.trace_inputs, trace_policy=loud.trace_policy
-            )
-    return graph
-
-
-class _QuietNode(RunnableSeq):
-    """A node's runnable, its function then its channel writers (and routers), run as LangGraph runs it, a
-    traced run of its own with each step a child run, when a callback handler or tracer would see the run
-    (`reinloop._langchain.unheard`); otherwise without configuring a callback manager, announcing the node's run
-    and making a child manager for each step, all for no one: about 1% of a round for each of its six nodes. The
-    steps get what LangGraph gives them but the child callback manager: the task's config without its run name
-    and id, the function run in a copied context holding that config (``get_config()``, interrupts), the writers
-    after it."""
-
-    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        if config is None or not unheard(config):
-            return super().invoke(input, config, **kwargs)
-        config = _step_config(config)
-        first, *writers = self.steps
-        with set_config_context(config, None) as context:
-            output = context.run(first.invoke, input, config, **kwargs)
-        for writer in writers:
-            output = writer.invoke(output, config)
-        return output
-
-    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        if config is None or not unheard(config):
-            return await super().ainvoke(input, config, **kwargs)
-        config = _step_config(config)
-        first, *writers = self.steps
-        with set_config_context(config, None) as context:
-            output = await asyncio.create_task(first.ainvoke(input, config, **kwargs), context=context)
-        for writer in writers:
-            output = await writer.ainvoke(output, config)
-        return output
-
-
-def _step_config(config: RunnableConfig) -> RunnableConfig:
-    """The config a node's steps get from the task's, as LangGraph's `patch_config` with new callbacks gives it:
-    without the run name and id, which name the node's own run."""
-    return cast(RunnableConfig, {key: value for key, value in config.items() if key not in _RUN_KEYS})
-
-
-_RUN_KEYS: Final = frozenset({"run_name", "run_id"})
+    return RunnableCallable(labelled, _on_loop(labelled), name=route.__name__)
 
 
 def _on_loop(function: Callable[..., T]) -> Callable[..., Awaitable[T]]:

@@ -5,12 +5,10 @@ import textwrap
 from typing import Any
 
 import pytest
-from langchain_core.callbacks import AsyncCallbackManager, BaseCallbackHandler, CallbackManager
-from langchain_core.tracers.context import collect_runs
+from langchain_core.callbacks import BaseCallbackHandler
 from langgraph.graph import END
 from langgraph.types import Send
 
-from reinloop._langchain import unheard
 from reinloop.graph import (
     CHECK_FINISH,
     CIRCUIT_BREAK,
@@ -118,31 +116,6 @@ def test_a_handler_sees_every_node_and_router_run_as_langgraph_traces_it(asynchr
     # Two rounds and the answer: validate_args routes three times, check_finish three times.
     assert _routed(handler.started) == [ROUTERS[0], ROUTERS[1]] * 3
     assert _nodes(handler.started) == ROUND * 2 + [DECIDE, VALIDATE_ARGS, CHECK_FINISH]
-    quiet = {"callbacks": CallbackManager(handlers=[])}
-    assert unheard(quiet)
-    with collect_runs():  # a configure hook (a run collector) listens too
-        assert not unheard(quiet)
-
-
-@pytest.mark.parametrize("asynchronous", [False, True], ids=["invoke", "ainvoke"])
-def test_no_node_or_router_run_is_announced_when_nothing_listens(
-    asynchronous: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    announced: list[str] = []
-    for manager in (CallbackManager, AsyncCallbackManager):
-        original = manager.on_chain_start
-
-        def on_chain_start(self: Any, serialized: Any, inputs: Any, *args: Any, _original: Any = original,
-                           **kwargs: Any) -> Any:  # fmt: skip
-            announced.append(kwargs.get("name") or "")
-            return _original(self, serialized, inputs, *args, **kwargs)
-
-        monkeypatch.setattr(manager, "on_chain_start", on_chain_start)
-    config = new_thread()
-    result = asyncio.run(_agent().ainvoke(TASK, config)) if asynchronous else _agent().invoke(TASK, config)
-    assert result["final_answer"] == "done" and result["iteration"] == 3
-    assert announced  # the graph's own run is still announced
-    assert _routed(announced) == [] and _nodes(announced) == []
 
 
 @pytest.mark.parametrize("route", [route_after_validate_args, route_after_check_finish], ids=lambda r: r.__name__)

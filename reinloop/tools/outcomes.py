@@ -32,7 +32,6 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 
-from reinloop import _langchain
 from reinloop.drivers import Steps, adrive, drive, io
 from reinloop.state import ErrorKind
 from reinloop.tools.results import (
@@ -152,14 +151,8 @@ def _effect_unknown(exc: BaseException) -> bool:
     return isinstance(exc, ConnectionError | TimeoutError) and not isinstance(exc, ConnectionRefusedError)
 
 
-# What LangChain works out on every tool call, worked out once per function (`reinloop._langchain`).
-_langchain.install()
-
-
 def invoke_tool(tool: BaseTool, args: dict[str, Any], config: RunnableConfig | None = None) -> Any:
     """Call a LangChain tool synchronously; async-only tools run on their own event loop."""
     if isinstance(tool, StructuredTool) and tool.func is None and tool.coroutine is not None:
         return asyncio.run(tool.ainvoke(args, config))
-    if (value := _langchain.invoke_quietly(tool, args, config)) is not _langchain.LOUD:
-        return value
     return tool.invoke(args, config)
