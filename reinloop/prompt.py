@@ -7,13 +7,15 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from reinloop.context import AgentContext
 from reinloop.memory.window import window_entries
 from reinloop.text import truncate
+
+if TYPE_CHECKING:  # the context measures its fixed part with this module's layout
+    from reinloop.context import AgentContext
 
 __all__ = [
     "CACHE_POINT_KEY",

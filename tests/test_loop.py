@@ -11,9 +11,9 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command, interrupt
 
 from reinloop import AgentConfig, AgentInput, ConfigurationError, InputError, build_agent
-from reinloop.guards.repeats import CACHED_RESULT_TEMPLATE
 from reinloop.memory import pairing_violations
 from reinloop.memory.summary import is_summary_request
+from reinloop.memory.window import CACHED_RESULT_TEMPLATE
 from reinloop.testing import ScriptedChatModel, ScriptExhaustedError, json_action, parallel_calls, tool_call
 from tests.conftest import NO_CIRCUIT, THREAD, add, explode, lookup, make_agent
 

@@ -8,7 +8,7 @@ from langgraph.types import Overwrite
 
 from reinloop.guards import ErrorStreak
 from reinloop.guards.error_streak import REFLECTION_TEMPLATE
-from reinloop.guards.repeats import CACHED_RESULT_TEMPLATE
+from reinloop.memory.window import CACHED_RESULT_TEMPLATE
 from reinloop.nodes import check_finish, circuit_break, compress_memory, decide, execute_tool, observe, validate_args
 from reinloop.nodes.check_finish import REPLAN_TEMPLATE
 from reinloop.state import CallCheck, CallRecord, ToolOutcome, act, answer, unparsable

@@ -21,6 +21,7 @@ from langchain_core.messages import ToolMessage
 
 from reinloop.guards.base import QUOTE_CHARS, Guard, Round, called
 from reinloop.guards.repeats import REFUSALS
+from reinloop.memory.window import is_error_note
 from reinloop.state import AgentState, RunState
 from reinloop.text import counted, gist, truncate
 
@@ -110,6 +111,6 @@ def _last_error(state: AgentState) -> str:
     for message in reversed(state.get("messages", [])):
         if isinstance(message, ToolMessage) and message.status == "error":
             return truncate(message.text, QUOTE_CHARS)
-        if not isinstance(message, ToolMessage) and message.text.startswith("Error:"):
+        if is_error_note(message):  # an unreadable reply's note
             return truncate(message.text, QUOTE_CHARS)
     return "(none recorded)"

@@ -49,7 +49,6 @@ if TYPE_CHECKING:
     from reinloop.context import AgentContext
 
 __all__ = [
-    "CACHED_RESULT_TEMPLATE",
     "DEAD_LOOP_REPEATS_TEMPLATE",
     "DEAD_LOOP_STALLED_TEMPLATE",
     "DEAD_LOOP_TEMPLATE",
@@ -65,8 +64,6 @@ __all__ = [
     "record",
 ]
 
-CACHED_RESULT_PREFIX = "Not run again; you already have its result:\n"
-CACHED_RESULT_TEMPLATE = CACHED_RESULT_PREFIX + "{result}"
 REPEATED_CALL_TEMPLATE = (
     "Error: not run: this call came {count} times in {window} decisions. Change the arguments or the tool, or answer."
 )

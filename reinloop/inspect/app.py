@@ -29,7 +29,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from reinloop.inspect import reading
+import reinloop.inspect.reading as reading
 from reinloop.inspect.actions import ActionError, Jobs, answer_from_form
 from reinloop.text import truncate
 

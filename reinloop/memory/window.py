@@ -9,10 +9,11 @@ from typing import NamedTuple
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from reinloop.guards.repeats import CACHED_RESULT_PREFIX
 from reinloop.text import gist, truncate
 
 __all__ = [
+    "CACHED_RESULT_PREFIX",
+    "CACHED_RESULT_TEMPLATE",
     "EntryFacts",
     "digest",
     "entry_facts",
@@ -23,6 +24,11 @@ __all__ = [
     "pairing_violations",
     "window_entries",
 ]
+
+# How a call answered from the cache (the repeats guard) is shown: the result it repeats, after this line. The
+# window sees it as that result, so the older entry it repeats leaves.
+CACHED_RESULT_PREFIX = "Not run again; you already have its result:\n"
+CACHED_RESULT_TEMPLATE = CACHED_RESULT_PREFIX + "{result}"
 
 # Marks an error note (in additional_kwargs, which chat model integrations do not send for a user message).
 ERROR_NOTE_KEY = "reinloop_error_note"

@@ -17,8 +17,7 @@ from langchain_core.messages import BaseMessage, ToolMessage
 from reinloop.context import AgentContext
 from reinloop.errors import InvariantError
 from reinloop.guards import Round, Seen
-from reinloop.guards.repeats import CACHED_RESULT_TEMPLATE
-from reinloop.memory.window import error_note
+from reinloop.memory.window import CACHED_RESULT_TEMPLATE, error_note
 from reinloop.state import AgentState, CallCheck, ErrorKind, ToolOutcome, runs
 
 __all__ = ["PARSE_FAILED_TEMPLATE", "observe"]

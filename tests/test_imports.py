@@ -1,0 +1,91 @@
+"""The package's import graph: the loop never imports its layers (CLI, inspector, evaluation), and no two modules
+import each other, directly or round a circle, when they load (imports for type checking only aside)."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).parents[1] / "reinloop"
+LAYERS = ("reinloop.cli", "reinloop.eval", "reinloop.inspect")
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        name = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
+        found[name] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imported(node: ast.AST, module: str) -> set[str]:
+    """The reinloop modules an import statement names (a `from X import Y` names X, and X.Y if Y is a module)."""
+    names: set[str] = set()
+    if isinstance(node, ast.ImportFrom) and node.level:
+        package = module if MODULES[module].name == "__init__.py" else module.rsplit(".", 1)[0]
+        base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+        names.add(f"{base}.{node.module}" if node.module else base)
+    elif isinstance(node, ast.ImportFrom) and node.module:
+        names.add(node.module)
+        names |= {f"{node.module}.{alias.name}" for alias in node.names}
+    elif isinstance(node, ast.Import):
+        names |= {alias.name for alias in node.names}
+    return {name for name in names if name in MODULES and name != module}
+
+
+def _at_load(module: str) -> set[str]:
+    """What `module` imports when it loads: its top-level imports, those under a top-level try or if but not
+    `if TYPE_CHECKING:`."""
+    found: set[str] = set()
+    statements = list(ast.parse(MODULES[module].read_text()).body)
+    while statements:
+        node = statements.pop()
+        if isinstance(node, ast.If) and "TYPE_CHECKING" not in ast.unparse(node.test):
+            statements += node.body + node.orelse
+        elif isinstance(node, ast.Try):
+            statements += node.body + [s for handler in node.handlers for s in handler.body] + node.orelse
+        found |= _imported(node, module)
+    return found
+
+
+def _anywhere(module: str) -> set[str]:
+    return {name for node in ast.walk(ast.parse(MODULES[module].read_text())) for name in _imported(node, module)}
+
+
+def _layer(module: str) -> str | None:
+    return next((layer for layer in LAYERS if module == layer or module.startswith(layer + ".")), None)
+
+
+@pytest.mark.parametrize(
+    "module", sorted(name for name in MODULES if _layer(name) is None and name != "reinloop.__main__")
+)
+def test_the_loop_never_imports_the_cli_the_inspector_or_the_evaluation(module: str) -> None:
+    assert {name for name in _anywhere(module) if _layer(name)} == set()
+
+
+def _part(module: str) -> str:
+    """The part of the package a module belongs to: `reinloop.guards` for `reinloop.guards.repeats`."""
+    return ".".join(module.split(".")[:2])
+
+
+@pytest.mark.parametrize("part", [False, True], ids=["modules", "parts"])
+def test_no_modules_import_each_other_when_they_load(part: bool) -> None:
+    graph: dict[str, set[str]] = {}
+    for module in MODULES:  # with `part`, each part of the package (a subpackage or a module) as one
+        name = _part(module) if part else module
+        graph.setdefault(name, set()).update({_part(other) if part else other for other in _at_load(module)} - {name})
+    circles = []
+    for start in graph:  # a path back to `start` through what it imports
+        seen, paths = {start}, [[start]]
+        while paths:
+            path = paths.pop()
+            for name in sorted(graph[path[-1]]):
+                if name == start:
+                    circles.append(" -> ".join([*path, start]))
+                elif name not in seen:
+                    seen.add(name)
+                    paths.append([*path, name])
+    assert circles == []
