@@ -89,3 +89,19 @@ def test_no_modules_import_each_other_when_they_load(part: bool) -> None:
                     seen.add(name)
                     paths.append([*path, name])
     assert circles == []
+
+
+def test_no_module_imports_a_private_name_from_another_part_of_the_package() -> None:
+    found = []
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("reinloop"):
+                private = [alias.name for alias in node.names if alias.name.startswith("_")]
+                if private and _part(node.module) != _part(module):
+                    found.append(f"{module}: from {node.module} import {', '.join(private)}")
+    assert found == []
+
+
+def test_the_inspector_reads_no_command_line() -> None:
+    inspector = [name for name in MODULES if _layer(name) == "reinloop.inspect"]
+    assert all("argparse" not in MODULES[name].read_text() for name in inspector)

@@ -505,7 +505,7 @@ def test_a_resume_or_approval_for_a_thread_another_process_holds_is_busy(server,
 def test_a_job_that_finds_its_thread_taken_meanwhile_says_busy(own_runs, monkeypatch):
     from reinloop.inspect.actions import Jobs
 
-    monkeypatch.setattr(Jobs, "_ready", lambda self, thread: [])  # the page looked before the holder took it
+    monkeypatch.setattr(Jobs, "_ready", lambda self, thread: {})  # the page looked before the holder took it
     app = client(own_runs, allow_actions=True, no_memory=True)
     token = token_of(app.get("/thread/broken").text)
     holder = library_process("hold", str(own_runs), "broken", "60")
@@ -549,4 +549,4 @@ def test_the_command_passes_its_model_to_the_page(monkeypatch, runs):
     monkeypatch.setattr("uvicorn.run", lambda app, **options: served.update(app=app))
     assert main(["inspect", "--db", str(runs), "--model", "m", "--base-url", "http://127.0.0.1:9/v1"]) == 0
     jobs = next(route.endpoint.__self__.jobs for route in served["app"].routes if hasattr(route, "endpoint"))
-    assert jobs.model_words == ["--model", "m", "--base-url", "http://127.0.0.1:9/v1"]
+    assert (jobs.model, jobs.base_url) == ("m", "http://127.0.0.1:9/v1")

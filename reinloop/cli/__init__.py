@@ -14,7 +14,7 @@ Calls of tools that need approval (`--approve`; by default file_write and db_ins
 person at the terminal approves, edits or rejects them (`--yes` approves them all).
 
 `parser` reads the command line, `commands` does each command (`runs`, `inspection`, `browse` and
-`evaluation`, with `opening` for the runs database and the agent), `display` prints what they return,
+`evaluation`, over `reinloop.runs` for the runs database and the agent), `display` prints what they return,
 `review` asks about calls that wait for approval; text from models and tools is printed as text, never
 read as rich markup.
 """

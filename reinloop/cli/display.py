@@ -22,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from reinloop.graph import CHECK_FINISH, VALIDATE_ARGS
+from reinloop.guards.tool_circuit import circuit_text
 from reinloop.nodes.circuit_break import EXPLANATION_KEY
 from reinloop.text import counted
 
@@ -236,16 +237,6 @@ def thread_state(console: Console, thread: str, snapshot: StateSnapshot) -> None
         calls = getattr(message, "tool_calls", None)
         text = message.text or (json.dumps([[c["name"], c["args"]] for c in calls]) if calls else "")
         console.print(Text.assemble("  ", (label, "cyan"), f" {_short(text)}"), soft_wrap=True)
-
-
-def circuit_text(circuit: dict[str, Any]) -> str:
-    """A tool's circuit in words (`reinloop.guards.tool_circuit`)."""
-    failed = f"{circuit['failures']} failed call{'s' if circuit['failures'] != 1 else ''} in a row"
-    if not circuit["opened"]:
-        return f"closed, {failed}"
-    if circuit["left"]:
-        return f"open, {failed}; a trial call in {circuit['left']} decision{'s' if circuit['left'] != 1 else ''}"
-    return f"half-open, {failed}; the next call is a trial"
 
 
 def state_json(console: Console, values: dict[str, Any]) -> None:

@@ -14,8 +14,8 @@ from rich.console import Console
 
 from reinloop.checkpoint import is_unreadable
 from reinloop.cli import CommandError, display
-from reinloop.cli.opening import _Database, _database, _mcp_tools, _workspace
 from reinloop.errors import CheckpointError
+from reinloop.runs import RunsDatabase, mcp_tools, open_runs, workspace_folder
 
 if TYPE_CHECKING:
     from langchain_core.tools import BaseTool
@@ -36,9 +36,9 @@ def tools(args: argparse.Namespace, console: Console) -> int:
     settings = {"mcp_config": args.mcp_config, "mcp_prefix": args.mcp_prefix}
     with ExitStack() as stack:
         # A run's toolset has translate, with the run's model: a model that is never called stands in for it.
-        toolset = default_toolset(_workspace(args.workspace), model=ScriptedChatModel(),
+        toolset = default_toolset(workspace_folder(args.workspace), model=ScriptedChatModel(),
                                   weather_base_url=os.environ.get("REINLOOP_WEATHER_URL"))  # fmt: skip
-        toolset += _mcp_tools(stack, settings, AgentConfig().tool_timeout_s)
+        toolset += mcp_tools(stack, settings, AgentConfig().tool_timeout_s)
         rows = [(entry.signature, _source(entry.tool)) for entry in ToolRegistry(toolset)]
     display.tool_table(console, rows)
     return 0
@@ -54,7 +54,7 @@ def history(args: argparse.Namespace, console: Console) -> int:
     from reinloop.graph import agent_topology
     from reinloop.prune import marks
 
-    with _database(args.db, must_exist=True) as db:
+    with open_runs(args.db, must_exist=True) as db:
         config: RunnableConfig = {"configurable": {"thread_id": args.thread}}
         snapshots = list(agent_topology(db.saver).get_state_history(config))
         if not snapshots:
@@ -67,7 +67,7 @@ def history(args: argparse.Namespace, console: Console) -> int:
 def show(args: argparse.Namespace, console: Console) -> int:
     from reinloop.graph import agent_topology
 
-    with _database(args.db, must_exist=True) as db:
+    with open_runs(args.db, must_exist=True) as db:
         snapshot = agent_topology(db.saver).get_state({"configurable": {"thread_id": args.thread}})
         if not snapshot.values:
             raise CommandError(f"unknown thread {args.thread!r} in {db.location}")
@@ -102,7 +102,7 @@ def prune(args: argparse.Namespace, console: Console) -> int:
         raise CommandError("--keep must be at least 1: the latest checkpoint is what resumes a thread")
     if args.keep_ids and not args.threads:
         raise CommandError("--keep-id needs the thread of the checkpoint: give it with --thread")
-    with _database(args.db, must_exist=True) as db:
+    with open_runs(args.db, must_exist=True) as db:
         known = [_checkpoint_ids(db, thread) for thread in args.threads or ()]
         keep_ids = [_resolved(given, [cid for ids in known for cid in ids]) for given in args.keep_ids]
         try:
@@ -124,7 +124,7 @@ def mark(args: argparse.Namespace, console: Console) -> int:
 
     if args.remove and args.checkpoint is None:
         raise CommandError("--remove needs the marked checkpoint: give it with --checkpoint")
-    with _database(args.db, must_exist=True) as db:
+    with open_runs(args.db, must_exist=True) as db:
         ids = _checkpoint_ids(db, args.thread)
         chosen = _resolved(args.checkpoint, ids) if args.checkpoint else ids[0]
         config: RunnableConfig = {"configurable": {"thread_id": args.thread, "checkpoint_id": chosen}}
@@ -135,7 +135,7 @@ def mark(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _checkpoint_ids(db: _Database, thread: str) -> list[str]:
+def _checkpoint_ids(db: RunsDatabase, thread: str) -> list[str]:
     """The ids of the thread's checkpoints, newest first."""
     ids = [
         found.config["configurable"]["checkpoint_id"]

@@ -11,7 +11,6 @@ from reinloop.eval.run import REPORTING_SEEDS
 from reinloop.eval.simulated import EXTRA_FAULT_RATE, EXTRA_FAULTS
 from reinloop.presets import PRESETS, canonical_name
 from reinloop.protocols import PROTOCOLS
-from reinloop.text import truncate
 
 __all__ = ["DRAW_FORMATS", "PRESET_CHOICES", "PROTOCOL_CHOICES", "build_parser", "rounds"]
 
@@ -150,19 +149,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def rounds(text: str) -> int:
-    """A count of rounds as `reinloop.resume` takes it: a whole number from 1 to MAX_ITERATIONS."""
-    from reinloop.config import MAX_ITERATIONS
+    """A count of rounds as `reinloop.resume` takes it (`reinloop.runs.check_rounds`), for argparse."""
+    from reinloop.runs import check_rounds
 
     try:
-        number = int(text)
-    except ValueError:  # not a number, or more digits than Python reads
-        number = None
-    if number is None or not 1 <= number <= MAX_ITERATIONS:
-        raise argparse.ArgumentTypeError(
-            f"must be a whole number of at least 1 and at most {MAX_ITERATIONS:,} (reinloop.config.MAX_ITERATIONS), "
-            f"not {truncate(text, 40)!r}"
-        )
-    return number
+        return check_rounds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _grid_options(evaluation: argparse.ArgumentParser) -> None:

@@ -9,7 +9,6 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -18,22 +17,24 @@ from rich.console import Console
 
 from reinloop.checkpoint import database_label
 from reinloop.cli import EXIT_CODES, CommandError, Interrupted, display, review
-from reinloop.cli.opening import _agent, _Built, _Database, _database, _workspace
+from reinloop.runs import (
+    INTERRUPTS_KEY,
+    LIMITS,
+    Built,
+    RunOptions,
+    RunsError,
+    open_agent,
+    open_runs,
+    run_config,
+    saved_settings,
+)
 from reinloop.state import read_input
 from reinloop.text import counted
 
-__all__ = ["SETTINGS", "Answer", "continue_thread", "resume", "run"]
-
-# Run settings saved with each checkpoint (never keys), so `resume` rebuilds the same agent: with the MCP
-# config's path, not its content (its env may hold secrets), so a resumed run starts the same servers.
-SETTINGS = ("model", "base_url", "workspace", "protocol", "approve", "preset", "mcp_config", "mcp_prefix")
+__all__ = ["Answer", "continue_thread", "options", "resume", "run"]
 
 # What answers an approval a run stops at (`review.reviewer`); None leaves the call waiting, saved.
 Answer = Callable[[Interrupt], dict[str, Any] | None]
-
-# The key of a `stream_mode="updates"` chunk holding the interrupts a run stopped at (LangGraph made its own
-# constant for it private).
-INTERRUPTS_KEY = "__interrupt__"
 
 # What Ctrl-C reports of the thread, read back from the runs database once the run has stopped.
 NOTHING_SAVED_TEMPLATE = "interrupted: nothing was saved; thread {thread} has no checkpoint (run the task again)"
@@ -47,14 +48,14 @@ def run(args: argparse.Namespace, console: Console) -> int:
     # Checked before a model server starts or a database opens: a blank task is a usage error.
     task_input = read_input({"task": args.task})
     thread = args.thread or f"run-{datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
-    settings = _given(args)
+    given = options(args)
     watch = _Watch(thread, args.db)
     with (
         _told_on_interrupt(watch),
-        _database(args.db, must_exist=False) as db,
-        _agent(args, settings, db) as built,
+        open_runs(args.db, must_exist=False) as db,
+        open_agent(given.settings(), db, limits=given.limits, no_memory=given.no_memory) as built,
     ):
-        config = _run_config(thread, built.settings)
+        config = run_config(thread, built.settings)
         stopped = watch.begin(built.agent).next  # a damaged thread is refused here, before the lease writes
         # Held from here to the end: another process's run of the thread comes before or after this one.
         with built.agent.hold(config):
@@ -64,57 +65,69 @@ def run(args: argparse.Namespace, console: Console) -> int:
             if not args.quiet:
                 display.run_header(console, thread, built.settings["model"], db.location)
             answer = review.reviewer(console, thread, yes=args.yes)
-            final = _stream(built, task_input, config, console, args, answer)
+            final = _stream(built, task_input, config, console, args.quiet, answer)
         return _finish(final, watch, console, args.quiet)
 
 
 def resume(args: argparse.Namespace, console: Console) -> int:
     watch = _Watch(args.thread, args.db)
     with _told_on_interrupt(watch):
-        final = continue_thread(args, console, review.reviewer(console, args.thread, yes=args.yes), watch)
+        final = continue_thread(options(args), console, review.reviewer(console, args.thread, yes=args.yes), watch)
         return _finish(final, watch, console, args.quiet)
 
 
-def continue_thread(
-    args: argparse.Namespace, console: Console, answer: Answer, watch: _Watch | None = None
-) -> dict[str, Any]:
-    """Continue `args.thread` as `reinloop resume` does, and return its state once it ends or waits: the agent
-    rebuilt from the settings saved with the thread (those `args` gives override them), a fresh budget after a
-    circuit break (`prepare_resume`), each approval it stops at answered by `answer` (None leaves the call
-    waiting, saved). `reinloop inspect --allow-actions` runs it for the page's resume and approval buttons."""
+def continue_thread(given: RunOptions, console: Console, answer: Answer, watch: _Watch | None = None) -> dict[str, Any]:
+    """Continue the thread `given.thread` as `reinloop resume` does, printing its steps on `console`, and return
+    its state once it ends or waits: the agent rebuilt from the settings saved with the thread (those `given`
+    overrides), a fresh budget after a circuit break (`prepare_resume`), each approval it stops at answered by
+    `answer` (None leaves the call waiting, saved). `reinloop inspect --allow-actions` runs it for the page's
+    resume and approval buttons."""
     from reinloop.resume import prepare_resume
 
-    with _database(args.db, must_exist=True) as db:
-        saved = _saved_settings(db, args.thread)
-        settings = {**saved, **{k: v for k, v in _given(args).items() if v is not None}}
-        if args.preset and not args.protocol:
+    if given.thread is None:
+        raise ValueError("continue_thread needs the thread to continue")
+    thread = given.thread
+    with open_runs(given.db, must_exist=True) as db:
+        saved = saved_settings(db, thread)
+        settings = {**saved, **{k: v for k, v in given.settings().items() if v is not None}}
+        if given.preset and not given.protocol:
             settings["protocol"] = None  # the new preset's protocol, not the one the run was saved with
-        with _agent(args, settings, db) as built:
-            config = _run_config(args.thread, built.settings)
+        with open_agent(settings, db, limits=given.limits, no_memory=given.no_memory) as built:
+            config = run_config(thread, built.settings)
             # Held from the read of where the thread stopped to the end of the run: a second resume of it waits
             # at most thread_wait_s, then fails with ThreadBusyError, having written nothing.
             with built.agent.hold(config):
-                if not args.quiet:
-                    display.resume_header(console, args.thread, built.settings["model"])
-                (watch or _Watch(args.thread, args.db)).begin(built.agent)
-                prepared = prepare_resume(built.agent, config, extra_iterations=args.extra_iterations, hint=args.hint)
-                final: dict[str, Any] = _stream(built, None, prepared, console, args, answer)
+                if not given.quiet:
+                    display.resume_header(console, thread, built.settings["model"])
+                (watch or _Watch(thread, given.db)).begin(built.agent)
+                extra = given.extra_iterations
+                prepared = prepare_resume(built.agent, config, extra_iterations=extra, hint=given.hint)
+                final: dict[str, Any] = _stream(built, None, prepared, console, given.quiet, answer)
                 return final
 
 
-def _given(args: argparse.Namespace) -> dict[str, Any]:
-    workspace = str(_workspace(args.workspace).resolve()) if args.workspace else None
-    approve = ",".join(args.approve) if args.approve else None
-    # Absolute, as the workspace: a resume may run from another folder.
-    mcp_config = str(Path(args.mcp_config).resolve()) if args.mcp_config else None
-    return {"model": args.model, "base_url": args.base_url, "workspace": workspace, "protocol": args.protocol,
-            "approve": approve, "preset": args.preset, "mcp_config": mcp_config,
-            "mcp_prefix": "true" if args.mcp_prefix else None}  # fmt: skip
+def options(args: argparse.Namespace) -> RunOptions:
+    """What `reinloop run` or `resume` is given on its command line."""
+    return RunOptions(
+        thread=getattr(args, "thread", None),
+        db=args.db,
+        model=args.model,
+        base_url=args.base_url,
+        workspace=args.workspace,
+        protocol=args.protocol,
+        approve=args.approve,
+        preset=args.preset,
+        mcp_config=args.mcp_config,
+        mcp_prefix=bool(args.mcp_prefix),
+        limits={key: getattr(args, key) for key in LIMITS if getattr(args, key, None) is not None},
+        no_memory=bool(getattr(args, "no_memory", False)),
+        quiet=bool(args.quiet),
+        extra_iterations=getattr(args, "extra_iterations", None),
+        hint=getattr(args, "hint", None),
+    )
 
 
-def _stream(
-    built: _Built, payload: Any, config: RunnableConfig, console: Console, args: argparse.Namespace, answer: Answer
-) -> Any:
+def _stream(built: Built, payload: Any, config: RunnableConfig, console: Console, quiet: bool, answer: Answer) -> Any:
     """Run until the run ends, answering each approval it stops at with `answer`; the thread's final state, or
     its state waiting at the approvals `answer` leaves unanswered (None)."""
     from langgraph.errors import is_invalid_resume
@@ -122,7 +135,7 @@ def _stream(
 
     agent, thread = built.agent, (config.get("configurable") or {})["thread_id"]
     saved = agent.get_state({"configurable": {"thread_id": thread}}).values
-    printer = display.StepPrinter(console, args.quiet, saved, built.config.max_iterations)
+    printer = display.StepPrinter(console, quiet, saved, built.config.max_iterations)
     waiting: list[Interrupt] = []
     while True:
         try:
@@ -154,18 +167,6 @@ def _finish(values: dict[str, Any], watch: _Watch, console: Console, quiet: bool
     return EXIT_CODES.get(values.get("finish_reason") or "", 1)
 
 
-def _run_config(thread: str, settings: dict[str, Any]) -> RunnableConfig:
-    metadata = {f"reinloop_{key}": value for key, value in settings.items() if isinstance(value, str)}
-    return {"configurable": {"thread_id": thread}, "metadata": metadata}
-
-
-def _saved_settings(db: _Database, thread: str) -> dict[str, Any]:
-    found = db.saver.get_tuple({"configurable": {"thread_id": thread}})
-    if found is None:
-        raise CommandError(f"unknown thread {thread!r} in {db.location}; 'reinloop run' starts one")
-    return {key: found.metadata.get(f"reinloop_{key}") for key in SETTINGS}
-
-
 # Ctrl-C ------------------------------------------------------------------------------------------------
 
 
@@ -192,9 +193,9 @@ class _Watch:
         from reinloop.graph import agent_topology
 
         try:
-            with _database(self.db, must_exist=True) as db:
+            with open_runs(self.db, must_exist=True) as db:
                 snapshot = agent_topology(db.saver).get_state({"configurable": {"thread_id": self.thread}})
-        except CommandError:  # no runs database: the run stopped before it made one
+        except RunsError:  # no runs database: the run stopped before it made one
             return NOTHING_SAVED_TEMPLATE.format(thread=self.thread)
         except Exception as exc:  # a database gone or damaged: say so, and where to look
             return UNREAD_TEMPLATE.format(thread=self.thread, error=" ".join(str(exc).split()) or type(exc).__name__)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reinloop.tools.calculator import _format, evaluate
+from reinloop.tools.calculator import evaluate, format_number
 from reinloop.tools.toolset import DATABASE_FILE
 
 __all__ = ["SUITE", "TRANSLATIONS", "EvalTask", "Step"]
@@ -66,7 +66,7 @@ def holds(answer: str, expect: str) -> bool:
 
 
 def _calc(number: int, expression: str) -> EvalTask:
-    value = _format(evaluate(expression))
+    value = format_number(evaluate(expression))
     return EvalTask(
         f"calc-{number:02d}",
         f"Compute {expression}.",
@@ -87,7 +87,7 @@ def _search(number: int, question: str, query: str, fact: str) -> EvalTask:
 
 
 def _search_calc(number: int, question: str, query: str, expression: str) -> EvalTask:
-    value = _format(evaluate(expression))
+    value = format_number(evaluate(expression))
     return EvalTask(
         f"search-calc-{number:02d}",
         question,

@@ -15,6 +15,7 @@ since its last success; its settings: this guard's constructor's.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from reinloop.errors import ConfigurationError
@@ -25,7 +26,7 @@ from reinloop.text import counted
 if TYPE_CHECKING:
     from reinloop.context import AgentContext
 
-__all__ = ["CIRCUIT_OPEN_TEMPLATE", "TOOL_FAILURES", "TRIAL_UNDER_WAY_TEMPLATE", "ToolCircuit"]
+__all__ = ["CIRCUIT_OPEN_TEMPLATE", "TOOL_FAILURES", "TRIAL_UNDER_WAY_TEMPLATE", "ToolCircuit", "circuit_text"]
 
 CIRCUIT_OPEN_TEMPLATE = (
     "Error: not run: {name!r} is unavailable: its last {failed} failed. It can be tried again in {left}. "
@@ -102,3 +103,13 @@ class ToolCircuit(Guard):
         if failures >= self.failures:
             return Circuit(failures=failures, opened=1, cooldown=self.cooldown, left=self.cooldown)
         return Circuit(failures=failures, opened=0, cooldown=0, left=0)
+
+
+def circuit_text(circuit: Mapping[str, Any]) -> str:
+    """A tool's circuit (its state entry, `Circuit`) in words, as the command and the page show it."""
+    failed = f"{circuit['failures']} failed call{'s' if circuit['failures'] != 1 else ''} in a row"
+    if not circuit["opened"]:
+        return f"closed, {failed}"
+    if circuit["left"]:
+        return f"open, {failed}; a trial call in {circuit['left']} decision{'s' if circuit['left'] != 1 else ''}"
+    return f"half-open, {failed}; the next call is a trial"

@@ -1,6 +1,7 @@
 """What `reinloop inspect --allow-actions` does for the page's buttons: resume a thread after a break (extra
 iterations and a hint), or answer a call waiting for approval (approve, edit, reject). Each runs the code of
-`reinloop resume` (`reinloop.cli.runs.continue_thread`, the agent rebuilt from the thread's saved settings)
+`reinloop resume` (`reinloop.cli.runs.continue_thread`, the agent rebuilt from the thread's saved settings,
+`reinloop.runs`)
 in a background thread, one at a time per thread; the page follows it through its live updates. A thread
 another process is running, or one whose model the page does not know, is refused before any job starts.
 """
@@ -15,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from langgraph.types import Interrupt
+
+from reinloop.runs import RunOptions, RunsError, open_runs, saved_settings
 
 __all__ = ["ANSWER_ACTIONS", "BUSY_TEMPLATE", "NO_MODEL_TEMPLATE", "ActionError", "Job", "Jobs", "answer_from_form"]
 
@@ -63,7 +66,7 @@ class Jobs:
     ) -> None:
         self.db, self.no_memory = db, no_memory
         # The model of threads that saved none (started from Python), as `reinloop resume --model/--base-url`.
-        self.model_words = [*(["--model", model] if model else []), *(["--base-url", base_url] if base_url else [])]
+        self.model, self.base_url = model, base_url
         self._jobs: dict[str, Job] = {}
         self._answers: dict[str, dict[str, dict[str, Any]]] = {}  # by thread, the answers given by interrupt id
         self._lock = threading.Lock()
@@ -77,9 +80,7 @@ class Jobs:
 
     def resume(self, thread: str, extra_iterations: int | None, hint: str | None) -> Job:
         """Resume `thread` as ``reinloop resume THREAD --extra-iterations N --hint TEXT`` does."""
-        words = [*(["--extra-iterations", str(extra_iterations)] if extra_iterations else []),
-                 *(["--hint", hint] if hint else [])]  # fmt: skip
-        return self._start(thread, "resume", words, {})
+        return self._start(thread, "resume", {"extra_iterations": extra_iterations, "hint": hint}, {})
 
     def answer(self, thread: str, interrupt_id: str, answer: dict[str, Any], waiting: Collection[str]) -> Job | None:
         """Answer the approval `interrupt_id` of `thread`, one of those `waiting` (interrupt ids), as ``reinloop
@@ -93,14 +94,11 @@ class Jobs:
             if not set(waiting) <= set(given):
                 return None
             answers = {key: given.pop(key) for key in waiting}
-        return self._start(thread, "approval", [], answers)
+        return self._start(thread, "approval", {}, answers)
 
-    def _start(self, thread: str, what: str, words: list[str], answers: dict[str, dict[str, Any]]) -> Job:
-        from reinloop.cli.parser import build_parser
-
+    def _start(self, thread: str, what: str, given: dict[str, Any], answers: dict[str, dict[str, Any]]) -> Job:
         self._not_running(thread)
-        argv = ["resume", thread, *(["--db", self.db] if self.db else []), *words, *self._ready(thread)]
-        args = build_parser().parse_args([*argv, *(["--no-memory"] if self.no_memory else [])])
+        args = RunOptions(thread=thread, db=self.db, no_memory=self.no_memory, **given, **self._ready(thread))
         with self._lock:
             self._not_running(thread)
             job = self._jobs[thread] = Job(thread, what)
@@ -112,33 +110,29 @@ class Jobs:
         if running is not None and running.state == "running":
             raise ActionError(f"thread {thread!r} is already running from this page; wait for it to stop", 409)
 
-    def _ready(self, thread: str) -> list[str]:
-        """The words `thread`'s resume needs beside the page's (its model, when it saved none), once no other
+    def _ready(self, thread: str) -> dict[str, Any]:
+        """The settings `thread`'s resume needs beside the page's (its model, when it saved none), once no other
         process holds it; ActionError when it cannot start."""
-        from reinloop.cli import CommandError
-        from reinloop.cli.opening import _database
-        from reinloop.cli.runs import _saved_settings
         from reinloop.errors import ThreadBusyError
         from reinloop.lease import hold_thread
 
         try:
-            with _database(self.db, must_exist=True) as db:
-                settings = _saved_settings(db, thread)
+            with open_runs(self.db, must_exist=True) as db:
+                settings = saved_settings(db, thread)
                 with hold_thread(db.saver, thread, 0):  # taken and given back at once: who else holds it
                     pass
-                if not (settings["model"] or settings["base_url"] or self.model_words):
+                if not (settings["model"] or settings["base_url"] or self.model or self.base_url):
                     raise ActionError(NO_MODEL_TEMPLATE.format(thread=thread), 409)
-        except CommandError as exc:
+        except RunsError as exc:
             raise ActionError(str(exc), 404) from None
         except ThreadBusyError as exc:
             raise ActionError(BUSY_TEMPLATE.format(error=exc), 409) from None
-        return [] if settings["model"] or settings["base_url"] else self.model_words
+        return {} if settings["model"] or settings["base_url"] else {"model": self.model, "base_url": self.base_url}
 
 
-def _run(job: Job, args: Any, answers: dict[str, dict[str, Any]]) -> None:
+def _run(job: Job, args: RunOptions, answers: dict[str, dict[str, Any]]) -> None:
     from rich.console import Console
 
-    from reinloop.cli import CommandError
     from reinloop.cli.runs import continue_thread
     from reinloop.errors import ReinloopError, ThreadBusyError
 
@@ -153,7 +147,7 @@ def _run(job: Job, args: Any, answers: dict[str, dict[str, Any]]) -> None:
         final = continue_thread(args, console, answer)
     except ThreadBusyError as exc:  # another process took the thread after the page looked
         job.state, job.message = "busy", BUSY_TEMPLATE.format(error=exc)
-    except (CommandError, ReinloopError) as exc:
+    except ReinloopError as exc:
         job.state, job.message = "failed", str(exc)
     except Exception as exc:  # a model server failing mid-run: said on the page, the saved steps stay
         job.state, job.message = "failed", f"{type(exc).__name__}: {' '.join(str(exc).split())}"

@@ -88,8 +88,8 @@ def inspect_app(
     `hosts` only (``["*"]``: any), lists `page_size` threads to a page, and shows a thread's latest
     `history_window` checkpoints."""
     from reinloop.checkpoint import database_label
-    from reinloop.cli.opening import default_db
     from reinloop.config import MAX_ITERATIONS
+    from reinloop.runs import default_db
 
     location = database_label(db or default_db())
     settings = _Settings(db, location, allow_actions, secrets.token_urlsafe(24), page_size, MAX_ITERATIONS,
@@ -224,8 +224,8 @@ class _Pages:
     def _saver(self) -> Iterator[Any]:
         """The runs database's checkpointer, opened read-only for one request."""
         from reinloop.checkpoint import is_postgres_url, read_only_checkpointer
-        from reinloop.cli.opening import default_db
         from reinloop.errors import ReinloopError
+        from reinloop.runs import default_db
 
         where = self.settings.db or default_db()
         if not is_postgres_url(where) and not Path(where).exists():
@@ -248,13 +248,11 @@ class _Pages:
 
 def _rounds(given: str) -> int:
     """The form's extra iterations, checked as `reinloop resume --extra-iterations` checks them."""
-    from argparse import ArgumentTypeError
-
-    from reinloop.cli.parser import rounds
+    from reinloop.runs import check_rounds
 
     try:
-        return rounds(given)
-    except ArgumentTypeError as exc:
+        return check_rounds(given)
+    except ValueError as exc:
         raise Problem(400, "Not done", f"Extra iterations {exc}.") from None
 
 

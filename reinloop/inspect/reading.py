@@ -14,9 +14,9 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.types import Interrupt, StateSnapshot
 
-from reinloop.cli.runs import INTERRUPTS_KEY
 from reinloop.errors import CheckpointError, ConfigurationError
 from reinloop.inspect.timeline import Timeline, timeline
+from reinloop.runs import INTERRUPTS_KEY
 
 __all__ = [
     "HISTORY_WINDOW",

@@ -311,7 +311,7 @@ def _on_observe(built: _Builder, step: Step) -> None:
 
 
 def _circuits(built: _Builder, current: Round, circuits: Mapping[str, Any] | None) -> None:
-    from reinloop.cli.display import circuit_text
+    from reinloop.guards.tool_circuit import circuit_text
 
     for name, circuit in (circuits or {}).items():
         opened = circuit.get("opened", 0)

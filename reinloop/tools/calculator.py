@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from reinloop.tools.registry import POLICY_KEY
 
-__all__ = ["CalculatorInput", "CalculatorTool", "evaluate"]
+__all__ = ["CalculatorInput", "CalculatorTool", "evaluate", "format_number"]
 
 MAX_EXPRESSION_CHARS = 200
 MAX_NODES = 100  # operators, operands and calls in one expression
@@ -135,7 +135,8 @@ def _check_size(op: type[ast.operator], left: int | float, right: int | float) -
         )
 
 
-def _format(value: int | float) -> str:
+def format_number(value: int | float) -> str:
+    """A calculator result as the tool writes it: a whole float without its ".0", others to 12 digits."""
     if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
         return str(int(value))
     if isinstance(value, float):
@@ -170,4 +171,4 @@ class CalculatorTool(BaseTool):
     )
 
     def _run(self, expression: str, **_: Any) -> str:
-        return _format(evaluate(expression))
+        return format_number(evaluate(expression))

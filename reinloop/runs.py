@@ -1,26 +1,61 @@
-"""What the commands open: the runs database (`_database`: its checkpointer, opened or made, and the long-term
-memory's file beside it), and for `run` and `resume` the agent (`_agent`: its model, workspace, tools, MCP
-servers and memory store), each closed when the command's block ends."""
+"""Saved runs, as the `reinloop` command and its web page (`reinloop inspect`) use them: the runs database
+(`open_runs`: its checkpointer, opened or made, and the long-term memory's file beside it), the settings a
+thread saved (`saved_settings`), the agent they rebuild (`open_agent`: its model, workspace, tools, MCP servers
+and memory store) and what a run or resume of a thread is given (`RunOptions`); each opened thing closed when
+its block ends. A problem the user fixes is a `RunsError`."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from langchain_core.runnables import RunnableConfig
+
 from reinloop.checkpoint import database_label, is_postgres_url, open_checkpointer
-from reinloop.cli import CommandError
+from reinloop.config import MAX_ITERATIONS
 from reinloop.errors import ReinloopError
+from reinloop.text import truncate
 
 if TYPE_CHECKING:
     from langchain_core.tools import BaseTool
 
-__all__ = ["DEFAULT_APPROVALS", "LIMITS", "default_db"]
+__all__ = [
+    "DEFAULT_APPROVALS",
+    "INTERRUPTS_KEY",
+    "LIMITS",
+    "SETTINGS",
+    "Built",
+    "RunOptions",
+    "RunsDatabase",
+    "RunsError",
+    "check_rounds",
+    "default_db",
+    "mcp_tools",
+    "open_agent",
+    "open_runs",
+    "run_config",
+    "saved_settings",
+    "workspace_folder",
+]
+
+
+class RunsError(ReinloopError):
+    """A problem with the runs database, a thread, the workspace or the memory file that the user fixes: the
+    command reports it on one line (exit code 2), the page as a 4xx."""
+
+
+# Run settings saved with each checkpoint (never keys), so a resume rebuilds the same agent: with the MCP
+# config's path, not its content (its env may hold secrets), so a resumed run starts the same servers.
+SETTINGS = ("model", "base_url", "workspace", "protocol", "approve", "preset", "mcp_config", "mcp_prefix")
+
+# The key of a `stream_mode="updates"` chunk holding the interrupts a run stopped at (LangGraph made its own
+# constant for it private).
+INTERRUPTS_KEY = "__interrupt__"
 
 # The toolset's tools whose calls wait for the person at the terminal unless --approve names others: those
 # that change files and data.
@@ -35,7 +70,7 @@ LIMITS = (
     "run_token_budget",
     "max_tools",
     "thread_wait_s",
-)
+)  # the AgentConfig fields a run or resume may be given
 
 WORKSPACE_TEMPLATE = "the workspace {workspace} is not a folder ({file} is a file); pass --workspace a folder"
 MEMORY_TEMPLATE = (
@@ -52,7 +87,7 @@ def default_db() -> str | Path:
     return _data_folder() / "runs.sqlite"
 
 
-class _Database:
+class RunsDatabase:
     """The runs database: its checkpointer, where it is as printed (a URL's password hidden), and the SQLite
     file of the long-term memory (beside a runs file; in the user data folder for PostgreSQL).
 
@@ -79,15 +114,15 @@ class _Database:
 
 
 @contextmanager
-def _database(given: str | None, *, must_exist: bool) -> Iterator[_Database]:
+def open_runs(given: str | None, *, must_exist: bool) -> Iterator[RunsDatabase]:
     where = given or default_db()
     new = not is_postgres_url(where) and not Path(where).exists()
     if must_exist and new:
-        raise CommandError(f"no runs database at {where}; pass --db, or start a run with 'reinloop run'")
+        raise RunsError(f"no runs database at {where}; pass --db, or start a run with 'reinloop run'")
     if new:
         _check_creatable(Path(where))
     with ExitStack() as stack:
-        db = _Database(where, stack)
+        db = RunsDatabase(where, stack)
         if not new:
             db.open()
         yield db
@@ -96,7 +131,7 @@ def _database(given: str | None, *, must_exist: bool) -> Iterator[_Database]:
 def _check_creatable(path: Path) -> None:
     """Refuse a new SQLite file's path with a file where a folder must be, before anything starts."""
     if (found := _file_in_the_way(path.parents)) is not None:
-        raise CommandError(NEW_DATABASE_TEMPLATE.format(path=path, found=found))
+        raise RunsError(NEW_DATABASE_TEMPLATE.format(path=path, found=found))
 
 
 def _file_in_the_way(paths: Iterable[Path]) -> Path | None:
@@ -112,7 +147,7 @@ def _data_folder() -> Path:
 
 
 @dataclass(frozen=True)
-class _Built:
+class Built:
     """The agent a run uses, its settings (saved with each checkpoint) and its AgentConfig."""
 
     agent: Any
@@ -121,7 +156,9 @@ class _Built:
 
 
 @contextmanager
-def _agent(args: argparse.Namespace, settings: dict[str, Any], db: _Database) -> Iterator[_Built]:
+def open_agent(
+    settings: dict[str, Any], db: RunsDatabase, *, limits: Mapping[str, Any] | None = None, no_memory: bool = False
+) -> Iterator[Built]:
     from reinloop import build_agent, default_toolset
     from reinloop.models import model_from_settings
     from reinloop.presets import layered_config, preset_protocol
@@ -135,20 +172,20 @@ def _agent(args: argparse.Namespace, settings: dict[str, Any], db: _Database) ->
         protocol = settings["protocol"] or preset_protocol(settings.get("preset"))
         chosen = stack.enter_context(model_from_settings(settings["model"], settings["base_url"], protocol))
         settings = {**settings, "model": chosen.label, "protocol": chosen.protocol}
-        # An option left out is None and overrides nothing.
-        limits = {key: getattr(args, key) for key in LIMITS if getattr(args, key, None) is not None}
-        config = layered_config(settings.get("preset"), chosen, limits)
-        workspace = _workspace(settings["workspace"] or "reinloop-workspace")
+        # A limit left out is None and overrides nothing.
+        given = {key: value for key, value in (limits or {}).items() if value is not None}
+        config = layered_config(settings.get("preset"), chosen, given)
+        workspace = workspace_folder(settings["workspace"] or "reinloop-workspace")
         tools = default_toolset(workspace, model=chosen.model, weather_base_url=os.environ.get("REINLOOP_WEATHER_URL"))
-        tools += _mcp_tools(stack, settings, config.tool_timeout_s)
-        store = None if getattr(args, "no_memory", False) else _memory_store(stack, db.memory_path)
+        tools += mcp_tools(stack, settings, config.tool_timeout_s)
+        store = None if no_memory else _memory_store(stack, db.memory_path)
         approve = settings["approve"].split(",") if settings.get("approve") else DEFAULT_APPROVALS
         agent = build_agent(chosen.model, tools, config=config, checkpointer=db.saver, store=store,
                             protocol=chosen.decision_protocol, approve=approve)  # fmt: skip
-        yield _Built(agent, settings, config)
+        yield Built(agent, settings, config)
 
 
-def _mcp_tools(stack: ExitStack, settings: dict[str, Any], tool_timeout_s: float) -> list[BaseTool]:
+def mcp_tools(stack: ExitStack, settings: dict[str, Any], tool_timeout_s: float) -> list[BaseTool]:
     """The tools of the MCP servers in the settings' config file (none without one), their servers running
     until `stack` closes."""
     if not settings.get("mcp_config"):
@@ -159,11 +196,11 @@ def _mcp_tools(stack: ExitStack, settings: dict[str, Any], tool_timeout_s: float
                                tool_timeout_s=tool_timeout_s))  # fmt: skip
 
 
-def _workspace(given: str | Path) -> Path:
+def workspace_folder(given: str | Path) -> Path:
     """The folder the tools work in, checked: neither it nor a folder above it may be a file."""
     workspace = Path(given)
     if (found := _file_in_the_way([workspace, *workspace.parents])) is not None:
-        raise CommandError(WORKSPACE_TEMPLATE.format(workspace=workspace, file=found))
+        raise RunsError(WORKSPACE_TEMPLATE.format(workspace=workspace, file=found))
     return workspace
 
 
@@ -175,7 +212,7 @@ def _memory_store(stack: ExitStack, path: Path) -> Any:
     except (ImportError, ReinloopError):
         return None  # the memory extra is not installed: summaries still work, recall does not
     except _sqlite_errors() as exc:
-        raise CommandError(MEMORY_TEMPLATE.format(path=path, reason=exc)) from exc
+        raise RunsError(MEMORY_TEMPLATE.format(path=path, reason=exc)) from exc
     stack.callback(store.conn.close)
     return store
 
@@ -188,3 +225,64 @@ def _sqlite_errors() -> tuple[type[Exception], ...]:
     except ImportError:
         return (sqlite3.Error,)
     return sqlite3.Error, pysqlite3.dbapi2.Error
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What a run or a resume of a thread is given: the runs database (None: `default_db`), settings that
+    override those the thread saved (None keeps each), `limits` (AgentConfig fields among LIMITS; None keeps
+    each), and for a resume its extra rounds and hint."""
+
+    thread: str | None = None
+    db: str | None = None
+    model: str | None = None
+    base_url: str | None = None
+    workspace: str | None = None
+    protocol: str | None = None
+    approve: Sequence[str] | None = None
+    preset: str | None = None
+    mcp_config: str | None = None
+    mcp_prefix: bool = False
+    limits: Mapping[str, Any] = field(default_factory=dict)
+    no_memory: bool = False
+    quiet: bool = False
+    extra_iterations: int | None = None
+    hint: str | None = None
+
+    def settings(self) -> dict[str, Any]:
+        """The settings given, as a thread saves them (paths absolute: a resume may run from another folder)."""
+        workspace = str(workspace_folder(self.workspace).resolve()) if self.workspace else None
+        mcp_config = str(Path(self.mcp_config).resolve()) if self.mcp_config else None
+        return {"model": self.model, "base_url": self.base_url, "workspace": workspace, "protocol": self.protocol,
+                "approve": ",".join(self.approve) if self.approve else None, "preset": self.preset,
+                "mcp_config": mcp_config, "mcp_prefix": "true" if self.mcp_prefix else None}  # fmt: skip
+
+
+def saved_settings(db: RunsDatabase, thread: str) -> dict[str, Any]:
+    """The settings `thread` saved with its latest checkpoint (None for each one it saved none of, as a thread
+    run from Python); RunsError for a thread the database does not have."""
+    found = db.saver.get_tuple({"configurable": {"thread_id": thread}})
+    if found is None:
+        raise RunsError(f"unknown thread {thread!r} in {db.location}; 'reinloop run' starts one")
+    return {key: found.metadata.get(f"reinloop_{key}") for key in SETTINGS}
+
+
+def run_config(thread: str, settings: Mapping[str, Any]) -> RunnableConfig:
+    """The config a run of `thread` goes with: its settings in the metadata of every checkpoint it saves."""
+    metadata = {f"reinloop_{key}": value for key, value in settings.items() if isinstance(value, str)}
+    return {"configurable": {"thread_id": thread}, "metadata": metadata}
+
+
+def check_rounds(text: str) -> int:
+    """A count of rounds as `reinloop.resume` takes it: a whole number from 1 to MAX_ITERATIONS; ValueError
+    saying so otherwise."""
+    try:
+        number = int(text)
+    except ValueError:  # not a number, or more digits than Python reads
+        number = None
+    if number is None or not 1 <= number <= MAX_ITERATIONS:
+        raise ValueError(
+            f"must be a whole number of at least 1 and at most {MAX_ITERATIONS:,} (reinloop.config.MAX_ITERATIONS), "
+            f"not {truncate(text, 40)!r}"
+        )
+    return number
