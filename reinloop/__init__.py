@@ -1,10 +1,16 @@
-"""reinloop: a tool-using LLM agent as an explicit LangGraph state machine, with guard rails."""
+"""reinloop: a tool-using LLM agent as an explicit LangGraph state machine, with guard rails.
+
+`import reinloop` loads what building and running an agent needs; the presets and the seeds' toolset load when
+first named."""
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 # First: it checks the private and beta LangGraph names reinloop uses, and fails with the supported versions.
 import reinloop._langgraph  # noqa: F401  # isort: skip
 from reinloop.checkpoint import open_checkpointer, sqlite_checkpointer
 from reinloop.config import AgentConfig
-from reinloop.draw import draw
+from reinloop.draw import draw  # eager, as prune: loaded later, the module would take the function's name here
 from reinloop.errors import (
     CheckpointError,
     ConfigurationError,
@@ -17,12 +23,22 @@ from reinloop.errors import (
 )
 from reinloop.graph import build_agent
 from reinloop.guards import Guard, ToolCircuit, disable
-from reinloop.presets import PRESETS, preset
 from reinloop.protocols import DecisionProtocol, JsonProtocol, ToolCallingProtocol
 from reinloop.prune import Mark, PruneReport, mark, marks, prune, unmark
 from reinloop.resume import prepare_resume, resume
 from reinloop.state import FINISH_REASONS, AgentInput, AgentState, FinishReason
-from reinloop.tools import ToolRegistry, accept_any, default_toolset, idempotency_key, reject_empty
+from reinloop.tools import ToolRegistry, accept_any, idempotency_key, reject_empty
+
+if TYPE_CHECKING:
+    from reinloop.presets import PRESETS, preset
+    from reinloop.tools.toolset import default_toolset
+
+# Loaded when first named (`__getattr__`).
+_LATER = {
+    "PRESETS": "reinloop.presets",
+    "default_toolset": "reinloop.tools.toolset",
+    "preset": "reinloop.presets",
+}
 
 __all__ = [
     "FINISH_REASONS",
@@ -64,3 +80,12 @@ __all__ = [
     "sqlite_checkpointer",
     "unmark",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LATER.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value

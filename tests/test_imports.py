@@ -105,3 +105,23 @@ def test_no_module_imports_a_private_name_from_another_part_of_the_package() -> 
 def test_the_inspector_reads_no_command_line() -> None:
     inspector = [name for name in MODULES if _layer(name) == "reinloop.inspect"]
     assert all("argparse" not in MODULES[name].read_text() for name in inspector)
+
+
+# What `import reinloop` loads today: a bound a new eager import breaks (issue 45 aims at about 35).
+LOADED_AT_IMPORT = 74
+
+
+def test_import_reinloop_loads_the_loop_and_not_its_layers_presets_or_seed_tools() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, reinloop; print(' '.join(m for m in sys.modules if m.startswith('reinloop')))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    loaded = done.stdout.split()
+    seeds = ("calculator", "clock", "database", "files", "financial", "search", "toolset", "translate", "weather")
+    unwanted = [*LAYERS, "reinloop.presets", *(f"reinloop.tools.{name}" for name in seeds)]
+    assert [name for name in loaded if any(name == u or name.startswith(u + ".") for u in unwanted)] == []
+    assert len(loaded) <= LOADED_AT_IMPORT
+    import reinloop  # the names load when first used
+
+    assert callable(reinloop.default_toolset) and "seed-000" in reinloop.PRESETS and callable(reinloop.prune)

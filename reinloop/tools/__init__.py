@@ -1,8 +1,9 @@
-"""Tools: the registry, safe execution with timeouts, result checks, and the seeds' toolset."""
+"""Tools: the registry, safe execution with timeouts, result checks, and the seeds' toolset (loaded when first
+named: a program that brings its own tools never imports them)."""
 
-from reinloop.tools.calculator import CalculatorTool
-from reinloop.tools.clock import CurrentTimeTool, TimerTool
-from reinloop.tools.database import DEFAULT_TABLES, Database, DbInsertTool, DbQueryTool
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
 from reinloop.tools.effects import EffectLedger, idempotency_key
 from reinloop.tools.execution import (
     ISOLATIONS,
@@ -17,8 +18,6 @@ from reinloop.tools.execution import (
     is_async_tool,
     run_tool,
 )
-from reinloop.tools.files import FileReadTool, FileWriteTool, Workspace
-from reinloop.tools.financial import FinancialDataTool
 from reinloop.tools.registry import RegisteredTool, ToolRegistry, as_tool
 from reinloop.tools.results import (
     ResultCheck,
@@ -29,10 +28,39 @@ from reinloop.tools.results import (
     result_text,
     to_observation,
 )
-from reinloop.tools.search import LocalCorpusSearch, SearchBackend, SearchHit, WebSearchTool
-from reinloop.tools.toolset import default_toolset
-from reinloop.tools.translate import TranslateTool
-from reinloop.tools.weather import WeatherTool
+
+if TYPE_CHECKING:
+    from reinloop.tools.calculator import CalculatorTool
+    from reinloop.tools.clock import CurrentTimeTool, TimerTool
+    from reinloop.tools.database import DEFAULT_TABLES, Database, DbInsertTool, DbQueryTool
+    from reinloop.tools.files import FileReadTool, FileWriteTool, Workspace
+    from reinloop.tools.financial import FinancialDataTool
+    from reinloop.tools.search import LocalCorpusSearch, SearchBackend, SearchHit, WebSearchTool
+    from reinloop.tools.toolset import default_toolset
+    from reinloop.tools.translate import TranslateTool
+    from reinloop.tools.weather import WeatherTool
+
+# The seeds' toolset, by name: imported on first use (`__getattr__`).
+_SEED_TOOLS = {
+    "CalculatorTool": "reinloop.tools.calculator",
+    "CurrentTimeTool": "reinloop.tools.clock",
+    "DEFAULT_TABLES": "reinloop.tools.database",
+    "Database": "reinloop.tools.database",
+    "DbInsertTool": "reinloop.tools.database",
+    "DbQueryTool": "reinloop.tools.database",
+    "FileReadTool": "reinloop.tools.files",
+    "FileWriteTool": "reinloop.tools.files",
+    "FinancialDataTool": "reinloop.tools.financial",
+    "LocalCorpusSearch": "reinloop.tools.search",
+    "SearchBackend": "reinloop.tools.search",
+    "SearchHit": "reinloop.tools.search",
+    "TimerTool": "reinloop.tools.clock",
+    "TranslateTool": "reinloop.tools.translate",
+    "WeatherTool": "reinloop.tools.weather",
+    "WebSearchTool": "reinloop.tools.search",
+    "Workspace": "reinloop.tools.files",
+    "default_toolset": "reinloop.tools.toolset",
+}
 
 __all__ = [
     "DEFAULT_TABLES",
@@ -77,3 +105,12 @@ __all__ = [
     "run_tool",
     "to_observation",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _SEED_TOOLS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
