@@ -171,25 +171,34 @@ def build_agent(
 ) -> CompiledAgent:
     """The agent loop as a compiled LangGraph graph. Invoke it with ``{"task": "..."}``.
 
-    `model` is a LangChain chat model or a model string (``"openai:gpt-4o-mini"``); `tools` are LangChain
-    tools, typed callables with docstrings, or a `ToolRegistry`. The protocol is picked by `get_protocol`:
-    `config.protocol` names a built-in one; a custom `DecisionProtocol` object given as `protocol` is used
-    instead, and must then agree with the config: if the config sets `protocol` explicitly, the object's
-    `name` must be that name (else `ConfigurationError`); leave it unset for a protocol with a new name.
-    Give a `checkpointer` to save every step (resume needs one), or ``checkpointer=True`` for one given at run
-    time, as LangGraph names it: a parent graph's when the agent runs as its subgraph, or LangGraph Server's,
-    which gives each graph its own (`reinloop.server`). Give a `store` with a semantic index (see
-    `reinloop.memory.memory_store`) for long-term memory. Summaries of folded window entries are written by
-    `summary_model`, by default the agent's model. `state_schema` extends `AgentState` with keys of your own
-    (``class MyState(AgentState): cart: list[str]``), which tools read through `InjectedState` or
-    `ToolRuntime.state` and write by returning ``Command(update=...)`` (`reinloop.tools.commands`).
-    `approve` names tools whose calls wait for a person to approve, edit or reject them before they run (a
-    LangGraph interrupt, answered with ``Command(resume=...)``: `reinloop.approvals`); tools may also declare
-    it themselves. Approvals need a `checkpointer` (or ``checkpointer=True``).
-    `middleware` runs LangChain `AgentMiddleware` (the shipped ones, yours, the decorator forms) at their
-    places inside the nodes (`reinloop.middleware`): their tools join the agent's, their state keys its state.
-    `guards` adds guards of your own to the built-in ones (`reinloop.guards`): a `Guard` with a built-in
-    guard's name replaces it, ``disable(name)`` drops one; a guard's `state_schema` keys join the state.
+    Args:
+        model: A LangChain chat model, or a model string (``"openai:gpt-4o-mini"``), which gets the reply cap.
+        tools: LangChain tools, typed callables with docstrings, or a `ToolRegistry` (per-tool settings).
+        config: The limits, guards' thresholds and memory settings (`AgentConfig`); its defaults when None.
+        checkpointer: Saves every step (resume and approvals need one); ``True`` takes the one given at run
+            time, as LangGraph names it: a parent graph's for a subgraph, LangGraph Server's (`reinloop.server`).
+        store: A LangGraph store with a semantic index, for long-term memory (`reinloop.memory.memory_store`).
+        protocol: A custom `DecisionProtocol` object; by default `config.protocol` names a built-in one. If the
+            config sets `protocol` explicitly, the object's `name` must match it (else `ConfigurationError`).
+        summary_model: Writes the summaries of folded window entries; by default the agent's model, asked in
+            its decisions' context (so from the provider's cache).
+        name: The graph's name, as LangGraph and LangSmith show it.
+        state_schema: `AgentState` extended with keys of your own (``class MyState(AgentState): cart:
+            list[str]``), which tools read through `InjectedState` or `ToolRuntime.state` and write by returning
+            ``Command(update=...)`` (`reinloop.tools.commands`).
+        approve: Tools whose calls wait for a person to approve, edit or reject them (a LangGraph interrupt,
+            answered with ``Command(resume=...)``: `reinloop.approvals`); tools may declare it themselves.
+        guards: Guards of your own beside the built-in ones (`reinloop.guards`): one with a built-in guard's name
+            replaces it, ``disable(name)`` drops one; a guard's `state_schema` keys join the state.
+        middleware: LangChain `AgentMiddleware`, run at its places inside the nodes (`reinloop.middleware`):
+            its tools join the agent's, its state keys the state.
+
+    Returns:
+        The compiled agent (`CompiledAgent`): a LangGraph graph with `hold`, `context_token_budget` and the
+        guards it runs.
+
+    Raises:
+        ConfigurationError: settings that cannot work together, named with what to change.
     """
     if config is None:
         config = AgentConfig()

@@ -6,15 +6,8 @@ The commands are in modules by concept: `runs` (run and resume, and what Ctrl-C 
 (eval), over `reinloop.runs` (the runs database, the settings a thread saved, the agent they rebuild)."""
 
 from reinloop.cli.browse import inspect
-from reinloop.cli.evaluation import RATES as RATES
 from reinloop.cli.evaluation import evaluate
-from reinloop.cli.inspection import PRUNE_DAMAGED_TEMPLATE as PRUNE_DAMAGED_TEMPLATE
 from reinloop.cli.inspection import graph, history, mark, prune, show, tools
-from reinloop.cli.runs import CONTINUE_TEMPLATE as CONTINUE_TEMPLATE
-from reinloop.cli.runs import NOTHING_NEW_TEMPLATE as NOTHING_NEW_TEMPLATE
-from reinloop.cli.runs import NOTHING_SAVED_TEMPLATE as NOTHING_SAVED_TEMPLATE
-from reinloop.cli.runs import SAVED_TEMPLATE as SAVED_TEMPLATE
-from reinloop.cli.runs import UNREAD_TEMPLATE as UNREAD_TEMPLATE
 from reinloop.cli.runs import resume, run
 
 __all__ = [

@@ -30,20 +30,13 @@ from reinloop.eval.agents import (
     ReaskAfterMalformedReply,
     _runners,
 )
-from reinloop.eval.agents import CALL_LIMIT_TEXT as CALL_LIMIT_TEXT
-from reinloop.eval.agents import HARD_CAP as HARD_CAP
 from reinloop.eval.agents import MALFORMED_NOTE as MALFORMED_NOTE
-from reinloop.eval.agents import REASK_RETRIES as REASK_RETRIES
 from reinloop.eval.agents import TOOLS_HANDLE_ERRORS as TOOLS_HANDLE_ERRORS
 from reinloop.eval.agents import Outcome as Outcome
-from reinloop.eval.agents import Runner as Runner
 from reinloop.eval.agents import protocol_of as protocol_of
 from reinloop.eval.agents import tool_timeout_of as tool_timeout_of
 from reinloop.eval.faults import FaultProfile
 from reinloop.eval.meters import Meter, SimulatedClock, ToolStats, message_tokens
-from reinloop.eval.report import BASELINE as BASELINE
-from reinloop.eval.report import BOOTSTRAP_RESAMPLES as BOOTSTRAP_RESAMPLES
-from reinloop.eval.report import BOOTSTRAP_SEED as BOOTSTRAP_SEED
 from reinloop.eval.report import METRICS, paired, pyplot, save_chart, summarize_runs, write_report
 from reinloop.eval.report import markdown_paired as markdown_paired
 from reinloop.eval.report import markdown_table as markdown_table

@@ -35,13 +35,10 @@ from reinloop.eval.faults import DecisionDraws as DecisionDraws
 from reinloop.eval.faults import ExtraDraws as ExtraDraws
 from reinloop.eval.faults import decision_draws as decision_draws
 from reinloop.eval.faults import extra_draws as extra_draws
-from reinloop.eval.faults import tool_draws as tool_draws
 from reinloop.eval.meters import Meter, SimulatedClock
 from reinloop.eval.meters import ToolStats as ToolStats
 from reinloop.eval.meters import message_tokens as message_tokens
 from reinloop.eval.tasks import TRANSLATIONS, EvalTask, Step
-from reinloop.eval.tool_faults import HANG_LIMIT_S as HANG_LIMIT_S
-from reinloop.eval.tool_faults import TOOL_FAULTS as TOOL_FAULTS
 from reinloop.eval.tool_faults import _tool_fault as _tool_fault
 from reinloop.eval.tool_faults import faulty_tools
 from reinloop.memory.tokens import TOKENS_PER_REPLY, TokenCounter

@@ -15,24 +15,13 @@ in a reply's text), `tool_calling`, `written` (`WrittenProtocol` and the json pr
 (react, call_tool) and `registry` (`PROTOCOLS`, `get_protocol`). Every name is imported from here.
 """
 
-from reinloop.protocols.extraction import MAX_JSON_CANDIDATES as MAX_JSON_CANDIDATES
-from reinloop.protocols.extraction import MAX_REPLY_CHARS as MAX_REPLY_CHARS
-from reinloop.protocols.extraction import MAX_TOOL_NAME_CHARS as MAX_TOOL_NAME_CHARS
-from reinloop.protocols.extraction import NESTED_TOO_DEEPLY as NESTED_TOO_DEEPLY
-from reinloop.protocols.extraction import QUOTED_INPUT_CHARS as QUOTED_INPUT_CHARS
 from reinloop.protocols.extraction import extract_json_object
 from reinloop.protocols.interface import CUT_REPLY_QUOTED_CHARS as CUT_REPLY_QUOTED_CHARS
 from reinloop.protocols.interface import CUT_REPLY_TEMPLATE, DecisionProtocol, cut_off, read_reply
-from reinloop.protocols.interface import CUT_STOP_REASONS as CUT_STOP_REASONS
-from reinloop.protocols.interface import STOP_REASON_KEYS as STOP_REASON_KEYS
 from reinloop.protocols.interface import new_call_id as new_call_id
-from reinloop.protocols.registry import PROTOCOL_MISMATCH_TEMPLATE as PROTOCOL_MISMATCH_TEMPLATE
 from reinloop.protocols.registry import PROTOCOLS, get_protocol
 from reinloop.protocols.text_protocols import CallToolProtocol, ReactProtocol
-from reinloop.protocols.tool_calling import MAX_CALL_ID_CHARS as MAX_CALL_ID_CHARS
-from reinloop.protocols.tool_calling import TEXT_CALL_ARGUMENT_KEYS as TEXT_CALL_ARGUMENT_KEYS
 from reinloop.protocols.tool_calling import ToolCallingProtocol
-from reinloop.protocols.tool_calling import text_tool_calls as text_tool_calls
 from reinloop.protocols.written import FINAL_ANSWER_ACTION, OBSERVATION_LABEL, JsonProtocol, WrittenProtocol
 
 __all__ = [

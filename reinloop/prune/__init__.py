@@ -14,18 +14,7 @@ databases implement, the marks table, the column checks), `sqlite_tables` and `p
 name is imported from here.
 """
 
-from reinloop.prune.postgres_tables import PG_DELTA_STATE_SQL as PG_DELTA_STATE_SQL
-from reinloop.prune.postgres_tables import PG_MARK_SNAPSHOT_SQL as PG_MARK_SNAPSHOT_SQL
-from reinloop.prune.postgres_tables import PG_STORE_SNAPSHOT_SQL as PG_STORE_SNAPSHOT_SQL
-from reinloop.prune.postgres_tables import PG_VERSIONS_SQL as PG_VERSIONS_SQL
-from reinloop.prune.pruning import Database as Database
 from reinloop.prune.pruning import PruneReport, latest_checkpoints, mark, marks, prune, unmark
-from reinloop.prune.sqlite_tables import SQLITE_CHECKPOINT_SQL as SQLITE_CHECKPOINT_SQL
-from reinloop.prune.tables import CREATE_MARKS_SQL as CREATE_MARKS_SQL
 from reinloop.prune.tables import MARKS_TABLE, Mark
-from reinloop.prune.tables import POSTGRES_COLUMNS as POSTGRES_COLUMNS
-from reinloop.prune.tables import SCHEMA_TEMPLATE as SCHEMA_TEMPLATE
-from reinloop.prune.tables import SELECT_MARKS_SQL as SELECT_MARKS_SQL
-from reinloop.prune.tables import SQLITE_COLUMNS as SQLITE_COLUMNS
 
 __all__ = ["MARKS_TABLE", "Mark", "PruneReport", "latest_checkpoints", "mark", "marks", "prune", "unmark"]

@@ -23,7 +23,6 @@ from langchain_core.tools import BaseTool
 
 from reinloop.drivers import Steps, adrive, drive, io
 from reinloop.tools.outcomes import TIMED_OUT, ResultRules, RetryOn, ToolRun, _asettle, _settle, invoke_tool
-from reinloop.tools.timeouts import IDLE_WORKERS as IDLE_WORKERS
 from reinloop.tools.timeouts import (
     MAX_TIMEOUT_S,
     WORKER_WAIT_S,
@@ -34,10 +33,8 @@ from reinloop.tools.timeouts import (
     call_with_timeout,
     wait_problem,
 )
-from reinloop.tools.timeouts import WAIT_TOO_LONG_TEMPLATE as WAIT_TOO_LONG_TEMPLATE
 from reinloop.tools.workers import COMMAND_IN_PROCESS as COMMAND_IN_PROCESS
 from reinloop.tools.workers import POOL_WORKERS, _in_process, _portable, stop_workers
-from reinloop.tools.workers import PORTABLE_KEYS as PORTABLE_KEYS
 
 if TYPE_CHECKING:
     from reinloop.tools.registry import RegisteredTool

@@ -13,13 +13,7 @@ from __future__ import annotations
 from contextlib import ExitStack
 from pathlib import Path
 
-from reinloop.tools.mcp_config import CONFIG_SHAPE as CONFIG_SHAPE
-from reinloop.tools.mcp_config import ENV_REFERENCE as ENV_REFERENCE
-from reinloop.tools.mcp_config import STDIO_KEYS as STDIO_KEYS
-from reinloop.tools.mcp_config import URL_KEYS as URL_KEYS
-from reinloop.tools.mcp_config import URL_TRANSPORTS as URL_TRANSPORTS
 from reinloop.tools.mcp_config import load_mcp_config
-from reinloop.tools.mcp_sessions import CLOSE_TIMEOUT_S as CLOSE_TIMEOUT_S
 from reinloop.tools.mcp_sessions import (
     DEFAULT_CALL_TIMEOUT_S,
     DEFAULT_MAX_RESTARTS,
@@ -28,7 +22,6 @@ from reinloop.tools.mcp_sessions import (
     MCPTool,
     MCPTools,
 )
-from reinloop.tools.mcp_sessions import MISSING_EXTRA as MISSING_EXTRA
 
 __all__ = [
     "DEFAULT_CALL_TIMEOUT_S",
