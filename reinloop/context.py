@@ -51,7 +51,10 @@ class AgentContext:
         """This context as the model sees it in a run shown only the tools `names` (`AgentConfig.max_tools`, the
         state's `tools`): its registry, binding, instructions and schema tokens those tools' (the budget stays
         the whole toolset's). None, or names that leave out none of the tools: this context."""
-        known = tuple(name for name in self.registry.names if name in set(names or ()))
+        if not names:
+            return self
+        wanted = set(names)
+        known = tuple(name for name in self.registry.names if name in wanted)
         if not known or len(known) == len(self.registry):
             return self
         narrowed = self.narrowed.get(known)

@@ -618,8 +618,10 @@ def test_a_fold_that_would_not_fit_the_budget_in_context_asks_with_the_digests_i
              ToolMessage("3", tool_call_id="c", id="t")]  # fmt: skip
     state = {"task": "Add.", "messages": entry, "summaries": []}
     roomy = make_context(context_token_budget=2_000)
-    prompt = node._fold_prompt(state, roomy, [entry], [])
-    assert prompt is not None and prompt[-1].text.startswith(FOLD_REQUEST[:40]) and prompt[1] is entry[0]
+    asked = node._fold_prompt(state, roomy, [entry], [])
+    assert asked is not None and asked[1] == prompt_tokens(roomy, asked[0])
+    prompt = asked[0]
+    assert prompt[-1].text.startswith(FOLD_REQUEST[:40]) and prompt[1] is entry[0]
     assert "the first after the task up to here" in prompt[-1].text  # no memory note yet
     tight = make_context(context_token_budget=prompt_tokens(roomy, prompt) - 1)
     assert node._fold_prompt(state, tight, [entry], []) is None

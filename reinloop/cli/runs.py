@@ -119,7 +119,7 @@ def options(args: argparse.Namespace) -> RunOptions:
         preset=args.preset,
         mcp_config=args.mcp_config,
         mcp_prefix=bool(args.mcp_prefix),
-        limits={key: getattr(args, key) for key in LIMITS if getattr(args, key, None) is not None},
+        limits={key: getattr(args, key, None) for key in LIMITS},  # open_agent skips those left out (None)
         no_memory=bool(getattr(args, "no_memory", False)),
         quiet=bool(args.quiet),
         extra_iterations=getattr(args, "extra_iterations", None),

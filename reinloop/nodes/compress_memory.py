@@ -38,7 +38,7 @@ from reinloop.memory.summary import FOLD_REQUEST, summarize_steps, summary_words
 from reinloop.memory.usage import add_usage, call_usage
 from reinloop.memory.window import digest, entry_facts, window_entries
 from reinloop.models.caching import bound_settings, cache_key, for_provider
-from reinloop.prompt import assemble, prompt_tokens
+from reinloop.prompt import assemble, memory_note, prompt_tokens
 from reinloop.protocols.interface import read_reply
 from reinloop.state import NO_USAGE, AgentState
 
@@ -91,8 +91,8 @@ def _compress_memory(
             pending.append(digest(evicted[-1]))
         update["recalled"] = None
         if pending:
-            prompt = _fold_prompt(state, ctx, evicted, summaries) if ctx.summarizer is ctx.chat_model else None
-            update.update((yield from _fold(state, ctx, config, store, summaries, pending, prompt)))
+            asked = _fold_prompt(state, ctx, evicted, summaries) if ctx.summarizer is ctx.chat_model else None
+            update.update((yield from _fold(state, ctx, config, store, summaries, pending, asked)))
     removed = [message for entry in (*dropped, *resolved, *evicted) for message in entry]
     if removed:
         update["messages"] = [RemoveMessage(id=message.id) for message in removed if message.id is not None]
@@ -106,22 +106,23 @@ def _fold(
     store: BaseStore | None,
     summaries: list[str],
     pending: list[str],
-    prompt: list[BaseMessage] | None = None,
+    asked: tuple[list[BaseMessage], int] | None = None,
 ) -> Steps[dict[str, Any]]:
     """Fold the digests `pending` into a summary: the update that keeps it (and its call's usage), after
-    saving the summary and each digest in the long-term store. `prompt`: the fold request in the decisions'
-    context (`_fold_prompt`), sent to the agent's model as a decision is; None: the summarizer's own prompt."""
+    saving the summary and each digest in the long-term store. `asked`: the fold request in the decisions'
+    context and its tokens (`_fold_prompt`), sent to the agent's model as a decision is; None: the summarizer's
+    own prompt."""
     settings = ctx.settings
-    if prompt is None:
+    if asked is None:
         folded = yield from summarize_steps(ctx.summarizer, state["task"], pending, settings.summary_max_chars)
         tokens = ctx.counter.messages(folded.prompt)
     else:
+        prompt, tokens = asked
         sent, kwargs = for_provider(ctx.chat_model, prompt, cache_key(config), bound_settings(ctx.model))
         read = partial(_summary_in_reply, ctx)
         folded = yield from summarize_steps(
             ctx.model, state["task"], pending, settings.summary_max_chars, prompt=sent, read=read, **kwargs
         )
-        tokens = prompt_tokens(ctx, prompt)
     folds = state.get("folds", 0) + 1
     if store is not None:
         # The summary, and each step's digest on its own: recall can then find one precise fact that a summary
@@ -143,26 +144,22 @@ def _fold(
 
 def _fold_prompt(
     state: AgentState, ctx: AgentContext, evicted: list[list[BaseMessage]], summaries: list[str]
-) -> list[BaseMessage] | None:
+) -> tuple[list[BaseMessage], int] | None:
     """The fold request in the decisions' context: the last decision's prompt up to the entries that leave (its
     tools, task, memory note and the start of its history: read from the provider's cache, or llama.cpp's KV
-    cache, where that prompt was), then the request to summarize those entries, in full, as a final answer.
-    None when it would not fit the context budget."""
+    cache, where that prompt was), then the request to summarize those entries, in full, as a final answer; and
+    its tokens. None when it would not fit the context budget."""
     window = [message for entry in evicted for message in entry]
+    pending, memories = state.get("pending") or [], state.get("recalled") or []
     request = FOLD_REQUEST.format(
-        after="memory note" if summaries or state.get("pending") or state.get("recalled") else "task",
+        after="memory note" if memory_note(summaries, pending, memories) else "task",
         words=summary_words(ctx.settings.summary_max_chars),
     )
     prompt = assemble(
-        ctx,
-        state["task"],
-        window,
-        summaries=summaries,
-        pending=state.get("pending") or [],
-        memories=state.get("recalled") or [],
-        correction=request,
+        ctx, state["task"], window, summaries=summaries, pending=pending, memories=memories, correction=request
     )
-    return prompt if prompt_tokens(ctx, prompt) <= ctx.budget.tokens else None
+    tokens = prompt_tokens(ctx, prompt)
+    return (prompt, tokens) if tokens <= ctx.budget.tokens else None
 
 
 def _summary_in_reply(ctx: AgentContext, reply: BaseMessage) -> str | None:
