@@ -12,7 +12,7 @@ from langchain_core.runnables import Runnable
 from reinloop.budget import ContextBudget, input_window
 from reinloop.config import AgentConfig
 from reinloop.errors import ConfigurationError
-from reinloop.guards import DEFAULT_GUARDS, Guard, fresh_budgets
+from reinloop.guards import DEFAULT_GUARDS, Guard, default_guards, fresh_budgets
 from reinloop.memory.tokens import TokenCounter
 from reinloop.middleware import NO_MIDDLEWARE, Middleware
 from reinloop.protocols import DecisionProtocol
@@ -81,9 +81,12 @@ class AgentContext:
         summarizer: Any = None,
         state_schema: type[Any] = AgentState,
         approvals: frozenset[str] = frozenset(),
-        guards: tuple[Guard, ...] = DEFAULT_GUARDS,
+        guards: tuple[Guard, ...] | None = None,
         middleware: Middleware = NO_MIDDLEWARE,
     ) -> AgentContext:
+        """The context of an agent; `guards` None: the built-in ones with `settings`' thresholds."""
+        if guards is None:
+            guards = default_guards(settings)
         system_prompt = _system_prompt(settings, protocol, registry)
         counter = TokenCounter(getattr(chat_model, "model_name", None) or getattr(chat_model, "model", None))
         tool_tokens = counter.tools(protocol.tool_schemas(registry))

@@ -45,7 +45,7 @@ from reinloop.compiled import RECURSION_LIMIT_TEMPLATE, UNKNOWN_THREAD_TEMPLATE,
 from reinloop.config import MAX_PARSE_RETRIES, AgentConfig, round_steps
 from reinloop.context import AgentContext
 from reinloop.errors import ConfigurationError
-from reinloop.guards import Disable, Guard, guard_table, steps_to_stop
+from reinloop.guards import Disable, Guard, default_guards, guard_table, steps_to_stop
 from reinloop.middleware import UNUSED_KEYS, Middleware
 from reinloop.models import is_transient, resolve_model
 from reinloop.nodes import (
@@ -215,9 +215,9 @@ def build_agent(
     summarizer = resolve_model(summary_model, max_reply_tokens=cap) if summary_model is not None else chat_model
     saved = checkpointer is not None and checkpointer is not False
     approvals = approval_tools(registry, approve, has_checkpointer=saved)
-    table = guard_table(guards)
+    table = guard_table(guards, default_guards(config))
     schemas = [guard.state_schema for guard in table if guard.state_schema is not None] + hooks.state_schemas
-    reasons = [guard.reason for guard in table if guard.reason is not None]
+    reasons = [guard.name for guard in table if guard.stops]
     state_schema = extended(state_schema, schemas, skip=UNUSED_KEYS, reasons=reasons)
     protocol = get_protocol(config, protocol)
     ctx = _context(chat_model, registry, config, protocol, summarizer, state_schema, approvals, table, hooks)
@@ -230,7 +230,7 @@ def build_agent(
     graph = _diagram(lambda node: _bound(node, ctx), model_retry, state_schema)
     compiled = compiled_agent(
         graph.compile(checkpointer=checkpointer, store=store, name=name),
-        first_steps=steps_to_stop(config),
+        first_steps=steps_to_stop(config.max_parse_retries),
         thread_wait_s=config.thread_wait_s,
         guards=table,
         fresh_budgets=ctx.fresh,

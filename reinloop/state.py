@@ -140,6 +140,8 @@ class CallCheck(TypedDict):
     # A person's review of a call of a tool that needs approval (`reinloop.approvals`): approved as the model
     # sent it, run with the person's arguments (`args` and `signature` are theirs), or rejected. Absent: no review.
     review: NotRequired[Literal["approved", "edited", "rejected"]]
+    # The tool's result may be given again for an identical call (`ToolRegistry`'s cacheable). Absent: not.
+    cacheable: NotRequired[bool]
 
 
 def runs(check: CallCheck) -> bool:

@@ -10,7 +10,7 @@ from reinloop.nodes import check_finish, circuit_break
 from reinloop.state import FINISH_REASONS, CallCheck, act, answer
 from tests.conftest import make_context
 
-REASONS = ["answered", *(guard.reason for guard in DEFAULT_GUARDS if guard.reason is not None)]
+REASONS = ["answered", *(guard.name for guard in DEFAULT_GUARDS if guard.stops)]
 
 
 def test_the_table_has_one_entry_per_finish_reason_in_the_documented_priority():
@@ -38,7 +38,7 @@ def test_the_cli_exit_codes_come_from_the_table():
         "middleware": 9,
         "step_limit": 8,
     }
-    assert all(EXIT_CODES[guard.reason] == guard.exit_code for guard in DEFAULT_GUARDS if guard.reason)
+    assert all(EXIT_CODES[guard.name] == guard.exit_code for guard in DEFAULT_GUARDS if guard.stops)
 
 
 def test_check_finish_picks_the_first_entry_that_trips():
@@ -77,10 +77,14 @@ def test_check_finish_picks_the_first_entry_that_trips():
         assert check_finish({**everything, **changes}, ctx)["finish_reason"] == reason
 
 
+# A state every guard stops (circuit_break asks the guard for its verdict again).
 STATE = {
     "iteration": 4,
+    "iterations_left": 0,
+    "remaining_steps": 3,
     "tool_attempts": 12,
     "consecutive_errors": 3,
+    "reflected_at": 2,
     "usage": {"model_calls": 4, "prompt_tokens": 900, "completion_tokens": 100, "total_tokens": 1000},
     "messages": [ToolMessage("Error: boom", tool_call_id="c1", status="error")],
     "checks": [
@@ -151,7 +155,8 @@ def test_circuit_break_refuses_an_answered_run():
 def test_circuit_break_counts_one_in_the_singular(reason, text):
     ctx = make_context(run_token_budget=500, max_tool_attempts=1, error_threshold=1, repeats_after_feedback=1,
                        repeats_after_cache=1)  # fmt: skip
-    state = {**STATE, "iteration": 1, "tool_attempts": 1, "consecutive_errors": 1, "finish_reason": reason}
+    state = {**STATE, "iteration": 1, "tool_attempts": 1, "consecutive_errors": 1, "reflected_at": 0}
+    state["finish_reason"] = reason
     (message,) = circuit_break(state, ctx)["messages"]
     assert message.content.startswith(text)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import io
 from types import SimpleNamespace
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 import pytest
 from langchain_core.messages import ToolMessage
@@ -19,11 +19,28 @@ from typing_extensions import TypedDict
 from reinloop import AgentConfig, build_agent, resume
 from reinloop.cli.display import thread_state
 from reinloop.errors import ConfigurationError
-from reinloop.guards import DEFAULT_GUARDS, Guard, Round, ToolCircuit, disable, exit_codes, guard_table
+from reinloop.guards import (
+    DEFAULT_GUARDS,
+    CallResult,
+    DeadLoop,
+    ErrorStreak,
+    Guard,
+    Round,
+    Stop,
+    TokenBudget,
+    ToolAttempts,
+    ToolCircuit,
+    default_guards,
+    disable,
+    exit_codes,
+    guard_table,
+    refuse,
+    steps_to_stop,
+)
 from reinloop.guards.tool_circuit import CIRCUIT_OPEN_TEMPLATE
 from reinloop.state import CallCheck, ToolOutcome
 from reinloop.testing import ScriptedChatModel, parallel_calls, tool_call
-from tests.conftest import add, make_context, new_thread
+from tests.conftest import add, new_thread
 
 NAMES = [guard.name for guard in DEFAULT_GUARDS]
 
@@ -36,35 +53,26 @@ class NoDivision(Guard):
     """Refuses every call of a tool named "divide", counts the refusals in a key of its own, and ends the run
     after `most` of them."""
 
-    name = reason = "no_division"
+    name = "no_division"
     exit_code = 42
-    template = "Stopped: {refused} calls of divide were refused in {rounds}."
     state_schema = Refusals
+    fresh: ClassVar = {"refused_calls": 0}
 
     def __init__(self, most: int = 2) -> None:
         self.most = most
 
-    @property
-    def fresh(self) -> dict[str, Any]:
-        return {"refused_calls": 0}
+    def judge(self, calls: list[CallCheck], state: Any) -> list[CallCheck]:
+        return [refuse(call, "Error: no division here.") if call["name"] == "divide" else call for call in calls]
 
-    def judge(self, checks: list[CallCheck], state: Any, ctx: Any) -> list[CallCheck]:
-        return [
-            {**check, "error_kind": "rejected", "error": "Error: no division here."}
-            if check["name"] == "divide"
-            else check
-            for check in checks
-        ]
-
-    def observe(self, state: Any, round: Round, ctx: Any) -> dict[str, Any]:
+    def observe(self, round: Round, state: Any) -> dict[str, Any]:
         refused = sum(seen.check["name"] == "divide" for seen in round.calls)
         return {"refused_calls": state.get("refused_calls", 0) + refused}
 
-    def trips(self, state: Any, ctx: Any) -> bool:
-        return state.get("refused_calls", 0) >= self.most
-
-    def fields(self, state: Any, ctx: Any) -> dict[str, Any]:
-        return {"refused": state.get("refused_calls", 0)}
+    def check(self, state: Any) -> Stop | None:
+        refused = state.get("refused_calls", 0)
+        if refused < self.most:
+            return None
+        return Stop(f"Stopped: {refused} calls of divide were refused in {state['iteration']} rounds.")
 
 
 @tool
@@ -116,9 +124,11 @@ def test_the_output_schema_types_a_finish_reason_of_your_own_beside_the_built_in
 
 def test_a_guard_with_a_built_in_name_replaces_it_and_disable_drops_one():
     class Patient(Guard):
-        name = reason = "error_streak"
+        name = "error_streak"
         exit_code = 4
-        template = "never"
+
+        def check(self, state: Any) -> None:
+            return None
 
     table = guard_table([Patient(), disable("tool_circuit")])
     names = [guard.name for guard in table]
@@ -137,7 +147,8 @@ def test_a_guard_with_a_built_in_name_replaces_it_and_disable_drops_one():
         ([type("Zero", (NoDivision,), {"name": "zero", "exit_code": 2})()], "exit_code"),
         ([type("Busy", (NoDivision,), {"name": "busy", "exit_code": 75})()], "other than 75 and 130"),
         ([type("Same", (NoDivision,), {"name": "same", "exit_code": 4})()], "distinct exit codes"),
-        ([type("Again", (NoDivision,), {"name": "again", "reason": "dead_loop", "exit_code": 50})()], "finish reason"),
+        ([type("Again", (NoDivision,), {"name": "answered", "exit_code": 50})()], "finish reason of an answer"),
+        ([type("Mute", (NoDivision,), {"name": "mute", "exit_code": None})()], "it has a check"),
         (["error_streak"], "Guard objects"),
     ],
 )
@@ -209,39 +220,34 @@ def test_a_trial_call_that_succeeds_closes_the_circuit_and_retries_come_back():
 
 
 def test_the_circuit_counts_a_call_once_whatever_its_retries_and_a_success_resets_it():
-    ctx = make_context(tool_attempts=3)
     circuit = ToolCircuit(failures=2, cooldown=1)
 
     def outcome(check: CallCheck, error: str | None) -> Any:
-        from reinloop.guards import Seen
-
         ran = ToolOutcome(call_id=check["call_id"], name="add", content="x", error_kind=error, attempts=3)
-        return Seen(check, ran, "x", error)
+        return CallResult(check, ran, "x", error)
 
     check = CallCheck(
         call_id="c", name="add", args={}, signature="add{}", key="k", attempts=3, error_kind=None, error=None
     )
     state: dict[str, Any] = {}
-    state.update(circuit.observe(state, Round(calls=(outcome(check, "tool_error"),)), ctx))
+    state.update(circuit.observe(Round(calls=(outcome(check, "tool_error"),)), state))
     assert state["circuits"]["add"] == {"failures": 1, "opened": 0, "cooldown": 0, "left": 0}
-    (judged,) = circuit.judge([check], state, ctx)
+    (judged,) = circuit.judge([check], state)
     assert judged["attempts"] == 1  # no in-place retries for a tool that is failing
-    state.update(circuit.observe(state, Round(calls=(outcome(check, "timeout"),)), ctx))
+    state.update(circuit.observe(Round(calls=(outcome(check, "timeout"),)), state))
     assert state["circuits"]["add"]["left"] == 1
-    (judged,) = circuit.judge([check], state, ctx)
+    (judged,) = circuit.judge([check], state)
     assert judged["error_kind"] == "circuit_open"
-    state.update(circuit.observe(state, Round(calls=(Seen_refused := _refused(judged),)), ctx))
-    assert Seen_refused.outcome is None and state["circuits"]["add"]["left"] == 0  # half-open
-    first, second = circuit.judge([check, {**check, "call_id": "d"}], state, ctx)
+    state.update(circuit.observe(Round(calls=(refused := _refused(judged),)), state))
+    assert refused.outcome is None and state["circuits"]["add"]["left"] == 0  # half-open
+    first, second = circuit.judge([check, {**check, "call_id": "d"}], state)
     assert (first["error_kind"], second["error_kind"]) == (None, "circuit_open")  # one trial at a time
-    state.update(circuit.observe(state, Round(calls=(outcome(check, None),)), ctx))
+    state.update(circuit.observe(Round(calls=(outcome(check, None),)), state))
     assert state["circuits"] == {}
 
 
 def _refused(check: CallCheck) -> Any:
-    from reinloop.guards import Seen
-
-    return Seen(check, None, check["error"] or "", check["error_kind"])
+    return CallResult(check, None, check["error"] or "", check["error_kind"])
 
 
 def test_reinloop_show_lists_the_circuits_saved_with_the_thread():
@@ -268,3 +274,42 @@ def test_parallel_calls_of_a_failing_tool_get_one_trial():
     result = agent.invoke({"task": "t"})
     *_, trial, other = [m for m in result["messages"] if m.type == "tool"]
     assert "backend unavailable" in trial.content and "only one call of it is tried" in other.content
+
+
+def test_the_built_in_guards_defaults_are_agent_config_s_and_its_settings_reach_them():
+    # A built-in guard made with no arguments is the one the default settings make: the defaults cannot drift.
+    for built, bare in zip(default_guards(AgentConfig()), DEFAULT_GUARDS, strict=True):
+        assert vars(type(bare)()) == vars(built) == vars(bare), built.name
+    settings = AgentConfig(loop_window=4, max_repeats=3, loop_key="tool", error_threshold=5, error_reflection=False,
+                           run_token_budget=900, max_tool_attempts=7, max_parse_retries=2)  # fmt: skip
+    guards = {guard.name: guard for guard in default_guards(settings)}
+    assert (guards["dead_loop"].loop_window, guards["dead_loop"].max_repeats, guards["dead_loop"].loop_key) == (
+        4,
+        3,
+        "tool",
+    )
+    assert (guards["error_streak"].threshold, guards["error_streak"].reflection) == (5, False)
+    assert (guards["token_budget"].budget, guards["max_tool_attempts"].max_tool_attempts) == (900, 7)
+    assert guards["step_limit"].needed == steps_to_stop(2)
+
+
+@pytest.mark.parametrize(
+    ("make", "problem"),
+    [
+        (lambda: DeadLoop(loop_window=0), "loop_window >= 1"),
+        (lambda: DeadLoop(loop_key="args"), "loop_key"),
+        (lambda: ErrorStreak(threshold=0), "threshold >= 1"),
+        (lambda: TokenBudget(0), "budget >= 1"),
+        (lambda: ToolAttempts(max_tool_attempts=0), "max_tool_attempts >= 1"),
+        (lambda: ToolCircuit(failures=0), "failures >= 1"),
+    ],
+)
+def test_a_built_in_guard_refuses_settings_that_cannot_work(make, problem):
+    with pytest.raises(ConfigurationError, match=problem):
+        make()
+
+
+def test_a_built_in_guard_given_to_build_agent_uses_its_own_settings_over_the_config():
+    model = ScriptedChatModel(replies=[tool_call("add", {"a": 1, "b": n}) for n in range(10)])
+    agent = build_agent(model, [add], config=AgentConfig(run_token_budget=10**6), guards=[TokenBudget(1)])
+    assert agent.invoke({"task": "t"})["finish_reason"] == "token_budget"

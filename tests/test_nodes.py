@@ -6,7 +6,6 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, SystemMessage, ToolMessage
 from langgraph.types import Overwrite
 
-from reinloop.guards import ErrorStreak
 from reinloop.guards.error_streak import REFLECTION_TEMPLATE
 from reinloop.memory.window import CACHED_RESULT_TEMPLATE
 from reinloop.nodes import check_finish, circuit_break, compress_memory, decide, execute_tool, observe, validate_args
@@ -570,7 +569,7 @@ def test_check_finish_grants_a_re_plan_turn_in_place_of_an_error_streak_or_a_dea
     assert update["reflection"] == REPLAN_TEMPLATE.format(
         replan=1,
         replans=2,
-        what=ErrorStreak.replan,
+        what="your attempts keep failing:",
         errors="- a(1): boom\n- b(): no",
         left="1 more re-plan is left.",
     )
@@ -639,7 +638,9 @@ def test_circuit_break_explains_the_reason_and_how_to_resume(reason, mentions):
     state = {
         "finish_reason": reason,
         "iteration": 4,
+        "iterations_left": 0,
         "consecutive_errors": 3,
+        "reflected_at": 2,
         "messages": [ToolMessage("Error: boom", tool_call_id="c1", status="error")],
         "checks": [check("add", {"a": 1}, error_kind="repeat_after_feedback", error="x")],
     }

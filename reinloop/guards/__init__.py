@@ -1,13 +1,10 @@
 """The guards: one file each, every one a `Guard` (`reinloop.guards.base`), the built-in ones and yours alike.
 
-`DEFAULT_GUARDS` are the built-in guards in table order, the order check_finish tries them in (after
-`answered`, which is not a guard: an answer on the last round still wins) and validate_args has them judge a
-round's calls in: `middleware` (a LangChain middleware's stop), `dead_loop` (`repeats`), `error_streak`,
-`tool_circuit`, `token_budget`, `max_tool_attempts` (`tool_attempts`), `max_iterations`, `step_limit`.
-`guard_table` puts a user's guards among them for `build_agent(guards=...)`: a guard with a built-in one's name
-replaces it where it stands, `disable(name)` drops one, and any other guard goes before `max_iterations` and
-`step_limit`, the two that end every run that goes on too long, so that a guard that trips on the last round
-names its own reason.
+`default_guards(settings)` are the built-in ones with `AgentConfig`'s thresholds, in the order check_finish asks
+them (after an answer, which always wins) and validate_args has them judge calls: `middleware`, `dead_loop`,
+`error_streak`, `tool_circuit`, `token_budget`, `max_tool_attempts`, `max_iterations`, `step_limit`.
+`guard_table` puts yours among them: one with a built-in one's name replaces it, `disable(name)` drops one, any
+other goes before `max_iterations` and `step_limit`, so that a guard that stops the last round names its reason.
 """
 
 from __future__ import annotations
@@ -16,15 +13,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from reinloop.config import AgentConfig
 from reinloop.errors import ConfigurationError
-from reinloop.guards.base import Guard, Round, Seen, common_fields
+from reinloop.guards.base import CallResult, Guard, Note, Round, Stop, refuse
 from reinloop.guards.error_streak import ErrorStreak
 from reinloop.guards.max_iterations import MaxIterations
 from reinloop.guards.middleware_stop import MiddlewareStop
 from reinloop.guards.repeats import DeadLoop
 from reinloop.guards.step_limit import StepLimit, steps_to_stop
 from reinloop.guards.token_budget import TokenBudget
-from reinloop.guards.tool_attempts import ToolAttempts, tool_attempt_limit
+from reinloop.guards.tool_attempts import ToolAttempts
 from reinloop.guards.tool_circuit import ToolCircuit
 from reinloop.state import FINISH_REASONS
 
@@ -33,37 +31,48 @@ __all__ = [
     "BUSY_EXIT_CODE",
     "DEFAULT_GUARDS",
     "RESERVED_EXIT_CODES",
+    "CallResult",
     "DeadLoop",
     "Disable",
     "ErrorStreak",
     "Guard",
     "MaxIterations",
     "MiddlewareStop",
+    "Note",
     "Round",
-    "Seen",
     "StepLimit",
+    "Stop",
     "TokenBudget",
     "ToolAttempts",
     "ToolCircuit",
-    "common_fields",
+    "default_guards",
     "disable",
     "exit_codes",
     "fresh_budgets",
     "guard_table",
+    "refuse",
     "steps_to_stop",
-    "tool_attempt_limit",
 ]
 
-DEFAULT_GUARDS: tuple[Guard, ...] = (
-    MiddlewareStop(),
-    DeadLoop(),
-    ErrorStreak(),
-    ToolCircuit(),
-    TokenBudget(),
-    ToolAttempts(),
-    MaxIterations(),
-    StepLimit(),
-)
+
+def default_guards(settings: AgentConfig) -> tuple[Guard, ...]:
+    """The built-in guards in table order, with `settings`' thresholds."""
+    s = settings
+    return (
+        MiddlewareStop(),
+        DeadLoop(
+            s.loop_window, s.max_repeats, s.loop_key, s.repeats_after_feedback, s.repeats_after_cache, s.max_stalled
+        ),
+        ErrorStreak(s.error_threshold, s.error_reflection),
+        ToolCircuit(),
+        TokenBudget(s.run_token_budget),
+        ToolAttempts(s.max_tool_attempts, s.tool_attempts, s.max_iterations),
+        MaxIterations(),
+        StepLimit(s.max_parse_retries),
+    )
+
+
+DEFAULT_GUARDS = default_guards(AgentConfig())
 ANSWERED_EXIT_CODE = 0
 # The `reinloop` command's own statuses: 1 a crash, 2 a usage error, 75 a thread another process runs (busy:
 # sysexits' EX_TEMPFAIL, worth trying again later), 130 Ctrl-C.
@@ -113,26 +122,24 @@ def _check(table: list[Guard]) -> None:
     names = [guard.name for guard in table]
     if any(not name for name in names) or len(set(names)) != len(names):
         raise ConfigurationError(f"every guard needs a name of its own: {names}")
-    enders = [guard for guard in table if guard.reason is not None]
-    reasons = ["answered", *(guard.reason for guard in enders)]
-    if len(set(reasons)) != len(reasons):
-        raise ConfigurationError(f"every guard that ends runs needs a finish reason of its own: {reasons}")
+    if "answered" in names:
+        raise ConfigurationError("'answered' is the finish reason of an answer: name the guard otherwise")
+    enders = [guard for guard in table if guard.stops]
     for guard in enders:
         if guard.exit_code is None or guard.exit_code in RESERVED_EXIT_CODES or not 0 < guard.exit_code < 256:
             raise ConfigurationError(
-                f"guard {guard.name!r} needs an exit_code from 3 to 255 other than 75 and 130, got {guard.exit_code!r}"
+                f"guard {guard.name!r} may stop runs (it has a check): it needs an exit_code from 3 to 255 other "
+                f"than 75 and 130, got {guard.exit_code!r}"
             )
-        if guard.template is None and type(guard).message is Guard.message:
-            raise ConfigurationError(f"guard {guard.name!r} ends runs: give it a template (its final message)")
-    codes = [guard.exit_code for guard in enders]
-    if len(set(codes)) != len(codes):
-        raise ConfigurationError(f"guards need distinct exit codes: {dict(zip(reasons[1:], codes, strict=True))}")
+    codes = {guard.name: guard.exit_code for guard in enders}
+    if len(set(codes.values())) != len(codes):
+        raise ConfigurationError(f"guards need distinct exit codes: {codes}")
 
 
 def exit_codes(guards: Iterable[Guard] = DEFAULT_GUARDS) -> dict[str, int]:
     """The `reinloop` command's exit status for each finish reason of `guards`."""
     codes = {"answered": ANSWERED_EXIT_CODE}
-    codes.update({guard.reason: guard.exit_code for guard in guards if guard.reason and guard.exit_code})
+    codes.update({guard.name: guard.exit_code for guard in guards if guard.stops and guard.exit_code})
     return codes
 
 
@@ -146,7 +153,7 @@ def fresh_budgets(guards: Iterable[Guard], base: Mapping[str, Any]) -> dict[str,
 
 def _check_built_ins() -> None:
     # A developer error in this package, caught at import rather than at the end of some run.
-    built_in = ["answered", *(guard.reason for guard in DEFAULT_GUARDS if guard.reason is not None)]
+    built_in = ["answered", *(guard.name for guard in DEFAULT_GUARDS if guard.stops)]
     if sorted(built_in) != sorted(FINISH_REASONS):
         raise ConfigurationError(f"the built-in guards' reasons {built_in} must be FinishReason's {FINISH_REASONS}")
     _check(list(DEFAULT_GUARDS))

@@ -1,18 +1,16 @@
-"""The iteration budget (`max_iterations`): the run ends when its rounds are used up.
+"""The iteration budget (`max_iterations`): the run ends once its rounds are used up.
 
-check_finish counts the rounds (`iteration`, and `iterations_left`, None for a fresh `max_iterations`, or
-what a resume gave with `extra_iterations`); this guard reads them.
+check_finish counts the rounds (`iterations_left`, from `AgentConfig.max_iterations`, or a resume's extra
+iterations); this guard ends the run when none is left.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import ClassVar
 
-from reinloop.guards.base import Guard
+from reinloop.guards.base import Guard, Stop
 from reinloop.state import RunState
-
-if TYPE_CHECKING:
-    from reinloop.context import AgentContext
+from reinloop.text import counted
 
 __all__ = ["MaxIterations", "rounds_used_up"]
 
@@ -23,13 +21,12 @@ def rounds_used_up(state: RunState) -> bool:
 
 
 class MaxIterations(Guard):
-    name = reason = "max_iterations"
+    name = "max_iterations"
     exit_code = 3
-    template = "Stopped: no final answer after {rounds}; the iteration budget is used up."
+    fresh: ClassVar = {"iterations_left": None}
 
-    @property
-    def fresh(self) -> dict[str, Any]:
-        return {"iterations_left": None}
-
-    def trips(self, state: RunState, ctx: AgentContext) -> bool:
-        return rounds_used_up(state)
+    def check(self, state: RunState) -> Stop | None:
+        if not rounds_used_up(state):
+            return None
+        rounds = counted(state.get("iteration", 0), "round")
+        return Stop(f"Stopped: no final answer after {rounds}; the iteration budget is used up.")

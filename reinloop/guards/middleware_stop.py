@@ -6,23 +6,18 @@ your own); this guard, first in the table, ends the run in that round, with the 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from reinloop.guards.base import Guard
-from reinloop.state import AgentState, RunState
-
-if TYPE_CHECKING:
-    from reinloop.context import AgentContext
+from reinloop.guards.base import Guard, Stop
+from reinloop.state import RunState
 
 __all__ = ["MiddlewareStop"]
 
 
 class MiddlewareStop(Guard):
-    name = reason = "middleware"
+    name = "middleware"
     exit_code = 9
 
-    def trips(self, state: RunState, ctx: AgentContext) -> bool:
-        return state["decision"]["kind"] == "stop"
-
-    def message(self, state: AgentState, ctx: AgentContext) -> str:
-        return state["decision"].get("stop") or "Stopped by a middleware."
+    def check(self, state: RunState) -> Stop | None:
+        decision = state["decision"]
+        if decision["kind"] != "stop":
+            return None
+        return Stop(decision.get("stop") or "Stopped by a middleware.")

@@ -21,8 +21,9 @@ whose every call was answered from cache or refused brings nothing new: `stalled
 row (a decision with any other outcome ends the count; an unreadable reply leaves it). `dead_loop` ends the
 run in a round in which rule 1 refused a call, or when more than `max_stalled` decisions in a row stalled,
 whatever order the repeated calls came in (unless a re-plan turn is granted; a repeat after it trips again).
-Its state: `call_window` and `stalled`, which observe's hook advances; its settings: `loop_window`,
-`max_repeats`, `loop_key`, `repeats_after_feedback`, `repeats_after_cache` and `max_stalled` of `AgentConfig`.
+Its state: `call_window` and `stalled`, which its observe hook advances; its settings, the constructor's:
+`loop_window`, `max_repeats`, `loop_key`, `repeats_after_feedback`, `repeats_after_cache` and `max_stalled`
+(those of `AgentConfig`).
 
 `AgentConfig.loop_key` says what the counts of rules 1 and 3 are kept by: "call" (the default), the identical
 call as above; "tool", the tool whatever its arguments (seed 004's dead-loop rule: the same tool more than
@@ -37,16 +38,13 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar, get_args
 
-from reinloop.config import AgentConfig, LoopKey
-from reinloop.guards.base import QUOTE_CHARS, Guard, Round, called
+from reinloop.config import LoopKey
+from reinloop.errors import ConfigurationError
+from reinloop.guards.base import QUOTE_CHARS, Guard, Round, Stop, at_least, called
 from reinloop.state import AgentState, CallCheck, CallRecord, ErrorKind, RunState, ToolOutcome
 from reinloop.text import counted, truncate
-from reinloop.tools.registry import ToolRegistry
-
-if TYPE_CHECKING:
-    from reinloop.context import AgentContext
 
 __all__ = [
     "DEAD_LOOP_REPEATS_TEMPLATE",
@@ -58,9 +56,7 @@ __all__ = [
     "REPEATED_TOOL_TEMPLATE",
     "DeadLoop",
     "RepeatCounts",
-    "advance_window",
     "call_text",
-    "horizon",
     "record",
 ]
 
@@ -87,6 +83,8 @@ DEAD_LOOP_STALLED_TEMPLATE = (
     "{count} decisions in a row brought nothing new: every call was answered from a result the agent already had, "
     "or refused as a repeat: {repeated}"
 )
+# What a re-plan turn that replaces the stop says happened.
+REPLAN = "you keep making calls whose results you already have, or that were refused:"
 # The feedback of rule 3 and of rule 1, by what the repeats are counted by (AgentConfig.loop_key).
 _TEMPLATES: dict[LoopKey, tuple[str, str]] = {
     "call": (REPEATED_CALL_TEMPLATE, DEAD_LOOP_TEMPLATE),
@@ -100,8 +98,7 @@ REFUSALS: frozenset[ErrorKind] = frozenset({"repeated_call", "repeat_after_feedb
 class RepeatCounts:
     """The rules above, over the earlier decisions of the window and the calls of this one judged so far."""
 
-    settings: AgentConfig
-    registry: ToolRegistry
+    guard: DeadLoop
     # Requests within the window, by loop key (the call's signature, or its tool: `AgentConfig.loop_key`).
     requests: Counter[str] = field(default_factory=Counter)
     # Feedback within the horizon, by loop key: answers from cache, and refusals.
@@ -111,27 +108,27 @@ class RepeatCounts:
     results: dict[str, str | None] = field(default_factory=dict)
 
     @classmethod
-    def over(cls, window: list[list[CallRecord]], settings: AgentConfig, registry: ToolRegistry) -> RepeatCounts:
-        guard = cls(settings, registry)
+    def over(cls, window: list[list[CallRecord]], guard: DeadLoop) -> RepeatCounts:
+        counts = cls(guard)
         # A window holds the current decision's place too: the earlier decisions are its last size - 1.
-        for records in _earlier(window, settings.loop_window):
+        for records in _earlier(window, guard.loop_window):
             for entry in records:
-                guard.requests[guard._record_key(entry)] += 1
+                counts.requests[counts._record_key(entry)] += 1
         # Results and repeats after feedback are kept over the longer horizon: a call whose result is known is
         # answered from cache whatever order the calls come in, and a dead loop can trip even once
         # repeats_after_feedback reaches loop_window - 1.
-        tallies = {"cached": guard.cached, "refused": guard.refused}
-        for records in _earlier(window, horizon(settings)):
+        tallies = {"cached": counts.cached, "refused": counts.refused}
+        for records in _earlier(window, guard.horizon):
             for entry in records:
-                guard._learn(entry)
+                counts._learn(entry)
                 if (tally := tallies.get(entry["outcome"])) is not None:
-                    tally[guard._record_key(entry)] += 1
-        return guard
+                    tally[counts._record_key(entry)] += 1
+        return counts
 
     def judge(self, check: CallCheck) -> CallCheck:
         """`check` as the rules decide: unchanged (it runs, or keeps its validation error), answered from
         cache, or refused."""
-        key, window = self._key(check["name"], check["signature"]), self.settings.loop_window
+        key, window = self._key(check["name"], check["signature"]), self.guard.loop_window
         self.requests[key] += 1
         cached = self._cached(check)
         if (dead := self._dead_loop(check, key)) is not None:
@@ -140,36 +137,35 @@ class RepeatCounts:
         if cached is not None:
             self.cached[key] += 1
             return {**check, "cached": cached}
-        if (count := self.requests[key]) > self.settings.max_repeats:
+        if (count := self.requests[key]) > self.guard.max_repeats:
             self.refused[key] += 1
-            template = _TEMPLATES[self.settings.loop_key][0]
+            template = _TEMPLATES[self.guard.loop_key][0]
             message = template.format(name=check["name"], count=count, window=window)
             return {**check, "error_kind": "repeated_call", "error": message}
         return check
 
     def _dead_loop(self, check: CallCheck, key: str) -> CallCheck | None:
         """`check` refused as a dead loop, if the model kept repeating it (by `key`) after feedback; else None."""
-        settings = self.settings
-        if self.refused[key] > settings.repeats_after_feedback:
+        guard = self.guard
+        if self.refused[key] > guard.repeats_after_feedback:
             answered, count = "refused", self.refused[key]
-        elif self.cached[key] > settings.repeats_after_cache:
+        elif self.cached[key] > guard.repeats_after_cache:
             answered, count = "answered from cache", self.cached[key]
         else:
             return None
-        message = _TEMPLATES[settings.loop_key][1].format(
-            name=check["name"], answered=answered, count=count, window=horizon(settings)
+        message = _TEMPLATES[guard.loop_key][1].format(
+            name=check["name"], answered=answered, count=count, window=guard.horizon
         )
         return {**check, "error_kind": "repeat_after_feedback", "error": message}
 
     def _cached(self, check: CallCheck) -> str | None:
-        entry = self.registry.get(check["name"])
-        if check["error_kind"] is not None or entry is None or not entry.cacheable:
+        if check["error_kind"] is not None or not check.get("cacheable", False):
             return None
         return self.results.get(check["signature"])
 
     def _key(self, name: str, signature: str) -> str:
         """What a call is counted by: its signature, or its tool's name."""
-        return name if self.settings.loop_key == "tool" else signature
+        return name if self.guard.loop_key == "tool" else signature
 
     def _record_key(self, entry: CallRecord) -> str:
         name = entry.get("name")
@@ -198,81 +194,78 @@ def record(check: CallCheck, outcome: ToolOutcome | None) -> CallRecord:
     return CallRecord(signature=signature, name=name, outcome="ok", result=outcome["content"])
 
 
-def horizon(settings: AgentConfig) -> int:
-    """The decisions the dead-loop rule looks back over: loop_window, and one more per allowed repeat after
-    feedback (of the larger allowance)."""
-    return settings.loop_window + max(settings.repeats_after_feedback, settings.repeats_after_cache)
-
-
 def _earlier(window: list[list[CallRecord]], size: int) -> list[list[CallRecord]]:
     return window[-(size - 1) :] if size > 1 else []
-
-
-def advance_window(
-    window: list[list[CallRecord]], records: list[CallRecord], settings: AgentConfig
-) -> list[list[CallRecord]]:
-    """The window after a decision whose calls came to `records`: the last `horizon` decisions."""
-    return [*window, records][-horizon(settings) :]
 
 
 class DeadLoop(Guard):
     """The repeat guards above, and the `dead_loop` stop."""
 
-    name = reason = "dead_loop"
+    name = "dead_loop"
     exit_code = 5
-    template = "Stopped: a dead loop. {why}"
-    replan = "you keep making calls whose results you already have, or that were refused:"
+    fresh: ClassVar = {"call_window": [], "stalled": 0}
 
-    @property
-    def fresh(self) -> dict[str, Any]:
-        return {"call_window": [], "stalled": 0}
+    def __init__(
+        self,
+        loop_window: int = 3,
+        max_repeats: int = 2,
+        loop_key: LoopKey = "call",
+        repeats_after_feedback: int = 5,
+        repeats_after_cache: int = 5,
+        max_stalled: int = 2,
+    ) -> None:
+        at_least(
+            "DeadLoop",
+            loop_window=(loop_window, 1),
+            max_repeats=(max_repeats, 1),
+            repeats_after_feedback=(repeats_after_feedback, 0),
+            repeats_after_cache=(repeats_after_cache, 0),
+            max_stalled=(max_stalled, 0),
+        )
+        if loop_key not in get_args(LoopKey):
+            raise ConfigurationError(f"DeadLoop's loop_key is one of {get_args(LoopKey)}, got {loop_key!r}")
+        self.loop_window, self.max_repeats, self.loop_key = loop_window, max_repeats, loop_key
+        self.repeats_after_feedback, self.repeats_after_cache = repeats_after_feedback, repeats_after_cache
+        self.max_stalled = max_stalled
+        # The decisions the dead-loop rule looks back over: loop_window, and one more per allowed repeat after
+        # feedback (of the larger allowance).
+        self.horizon = loop_window + max(repeats_after_feedback, repeats_after_cache)
 
-    def judge(self, checks: list[CallCheck], state: AgentState, ctx: AgentContext) -> list[CallCheck]:
-        counts = RepeatCounts.over(state.get("call_window") or [], ctx.settings, ctx.registry)
-        return [counts.judge(check) for check in checks]
+    def judge(self, calls: list[CallCheck], state: AgentState) -> list[CallCheck]:
+        counts = RepeatCounts.over(state.get("call_window") or [], self)
+        return [counts.judge(call) for call in calls]
 
-    def observe(self, state: AgentState, round: Round, ctx: AgentContext) -> dict[str, Any]:
+    def observe(self, round: Round, state: AgentState) -> dict[str, Any]:
         if round.parse_error is not None or not round.calls:
             return {}
         records = [record(seen.check, seen.outcome) for seen in round.calls]
         stalled = state.get("stalled", 0) + 1 if all(_repeat(seen.check) for seen in round.calls) else 0
-        return {
-            "call_window": advance_window(state.get("call_window") or [], records, ctx.settings),
-            "stalled": stalled,
-        }
+        # The window keeps the last `horizon` decisions.
+        return {"call_window": [*(state.get("call_window") or []), records][-self.horizon :], "stalled": stalled}
 
-    def trips(self, state: RunState, ctx: AgentContext) -> bool:
+    def check(self, state: RunState) -> Stop | None:
         # Rule 1 refused a call this round, before it ran; or decisions in a row brought nothing new.
-        return _refused_as_dead(state) or state.get("stalled", 0) > ctx.settings.max_stalled
-
-    def fields(self, state: AgentState, ctx: AgentContext) -> dict[str, Any]:
-        settings = ctx.settings
-        repeated = ", ".join(call_text(check) for check in state.get("checks", []) if _repeat(check))
-        if _refused_as_dead(state):
-            repeats = "Calls of the same tool" if settings.loop_key == "tool" else "The same call"
+        dead, stalled = _refused_as_dead(state), state.get("stalled", 0)
+        if not dead and stalled <= self.max_stalled:
+            return None
+        checks = state.get("checks", [])
+        repeated = ", ".join(call_text(check) for check in checks if _repeat(check))
+        if dead:
             why = DEAD_LOOP_REPEATS_TEMPLATE.format(
-                repeats=repeats,
-                times_after_feedback=counted(settings.repeats_after_feedback, "time"),
-                times_after_cache=counted(settings.repeats_after_cache, "time"),
-                horizon=horizon(settings),
+                repeats="Calls of the same tool" if self.loop_key == "tool" else "The same call",
+                times_after_feedback=counted(self.repeats_after_feedback, "time"),
+                times_after_cache=counted(self.repeats_after_cache, "time"),
+                horizon=self.horizon,
                 repeated=repeated,
             )
         else:
-            why = DEAD_LOOP_STALLED_TEMPLATE.format(count=state.get("stalled", 0), repeated=repeated)
-        return {
-            "why": why,
-            "max_repeats": settings.max_repeats,
-            "loop_window": settings.loop_window,
-            "horizon": horizon(settings),
-            "repeated": repeated,
-        }
-
-    def failed_attempts(self, state: AgentState, ctx: AgentContext) -> list[str]:
-        return [
+            why = DEAD_LOOP_STALLED_TEMPLATE.format(count=stalled, repeated=repeated)
+        failed = [
             f"{call_text(check)}: " + ("you already have its result" if check["error"] is None else check["error"])
-            for check in state.get("checks", [])
+            for check in checks
             if check["error"] or check.get("cached") is not None
         ]
+        return Stop(f"Stopped: a dead loop. {why}", replan=REPLAN, failed=failed)
 
 
 def _repeat(check: CallCheck) -> bool:

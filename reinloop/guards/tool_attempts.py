@@ -5,22 +5,19 @@ this guard's `judge` cuts them to what is left of the budget: each call of the r
 in order, before any gets a retry, and a call for which not even one is left is refused (`over_budget`), so
 that the budget holds. Its `observe` adds the round's runs to `tool_attempts`; the run ends once they reach
 the limit: `max_tool_attempts`, or `tool_attempts` per round of the iteration budget (then the rounds end the
-run first). Its state: `tool_attempts`; its settings: `max_tool_attempts`, `tool_attempts`, `max_iterations`.
+run first).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import ClassVar
 
-from reinloop.guards.base import Guard, Round
+from reinloop.guards.base import Guard, Round, Stop, at_least, refuse
 from reinloop.guards.max_iterations import rounds_used_up
 from reinloop.state import AgentState, CallCheck, RunState, runs
 from reinloop.text import counted
 
-if TYPE_CHECKING:
-    from reinloop.context import AgentContext
-
-__all__ = ["OVER_BUDGET_TEMPLATE", "ToolAttempts", "tool_attempt_limit"]
+__all__ = ["OVER_BUDGET_TEMPLATE", "ToolAttempts"]
 
 OVER_BUDGET_TEMPLATE = (
     "Error: not run. This run has made all the {limit} tool calls it may make. Give your final answer with "
@@ -28,59 +25,59 @@ OVER_BUDGET_TEMPLATE = (
 )
 
 
-def tool_attempt_limit(state: AgentState, ctx: AgentContext) -> int:
-    """The tool runs this run may make: `max_tool_attempts`, or `tool_attempts` per round of the iteration
-    budget, whose rounds are those done and those left (the same all through a run)."""
-    settings = ctx.settings
-    if settings.max_tool_attempts is not None:
-        return settings.max_tool_attempts
-    left = state.get("iterations_left")
-    rounds = state.get("iteration", 0) + (settings.max_iterations if left is None else left)
-    return settings.tool_attempts * rounds
-
-
 class ToolAttempts(Guard):
-    name = reason = "max_tool_attempts"
+    name = "max_tool_attempts"
     exit_code = 7
-    template = "Stopped: the run made {tool_calls}, retries included, in {rounds} (the limit is {max_tool_attempts})."
+    fresh: ClassVar = {"tool_attempts": 0}
 
-    @property
-    def fresh(self) -> dict[str, Any]:
-        return {"tool_attempts": 0}
+    def __init__(self, max_tool_attempts: int | None = None, tool_attempts: int = 3, max_iterations: int = 20) -> None:
+        at_least("ToolAttempts", tool_attempts=(tool_attempts, 1), max_iterations=(max_iterations, 1))
+        if max_tool_attempts is not None:
+            at_least("ToolAttempts", max_tool_attempts=(max_tool_attempts, 1))
+        self.max_tool_attempts, self.tool_attempts, self.max_iterations = (
+            max_tool_attempts,
+            tool_attempts,
+            max_iterations,
+        )
 
-    def judge(self, checks: list[CallCheck], state: AgentState, ctx: AgentContext) -> list[CallCheck]:
-        limit = tool_attempt_limit(state, ctx)
+    def limit(self, state: AgentState) -> int:
+        """The tool runs this run may make: `max_tool_attempts`, or `tool_attempts` per round of the iteration
+        budget, whose rounds are those done and those left (the same all through a run)."""
+        if self.max_tool_attempts is not None:
+            return self.max_tool_attempts
+        left = state.get("iterations_left")
+        return self.tool_attempts * (state.get("iteration", 0) + (self.max_iterations if left is None else left))
+
+    def judge(self, calls: list[CallCheck], state: AgentState) -> list[CallCheck]:
+        limit = self.limit(state)
         left = limit - state.get("tool_attempts", 0)
-        spare = left - sum(runs(check) for check in checks)  # attempts left for retries
+        spare = left - sum(runs(call) for call in calls)  # attempts left for retries
         allotted: list[CallCheck] = []
-        for check in checks:
-            if runs(check) and left <= 0:
-                message = OVER_BUDGET_TEMPLATE.format(limit=limit)
-                check = {**check, "error_kind": "over_budget", "error": message, "attempts": 0}
-            elif runs(check):
-                retries = min(check["attempts"] - 1, max(spare, 0))
+        for call in calls:
+            if runs(call) and left <= 0:
+                call = refuse(call, OVER_BUDGET_TEMPLATE.format(limit=limit), "over_budget")
+            elif runs(call):
+                retries = min(call["attempts"] - 1, max(spare, 0))
                 left, spare = left - 1, spare - retries
-                check = {**check, "attempts": 1 + retries}
-            allotted.append(check)
+                call = {**call, "attempts": 1 + retries}
+            allotted.append(call)
         return allotted
 
-    def observe(self, state: AgentState, round: Round, ctx: AgentContext) -> dict[str, Any]:
+    def observe(self, round: Round, state: AgentState) -> dict[str, int]:
         if round.parse_error is not None:
             return {}
         # An outcome saved by a version that did not count attempts ran once.
         made = sum(outcome.get("attempts", 1) for outcome in round.outcomes)
         return {"tool_attempts": state.get("tool_attempts", 0) + made}
 
-    def trips(self, state: RunState, ctx: AgentContext) -> bool:
+    def check(self, state: RunState) -> Stop | None:
+        if self.max_tool_attempts is None and rounds_used_up(state):
+            return None  # the default budget is tool_attempts per round: used up with the rounds, the rounds end it
         # judge gives no call more attempts than are left, so the count reaches the limit at most.
-        if ctx.settings.max_tool_attempts is None and rounds_used_up(state):
-            return False  # the default budget is tool_attempts per round: used up with the rounds, the rounds ended it
-        return state.get("tool_attempts", 0) >= tool_attempt_limit(state, ctx)
-
-    def fields(self, state: AgentState, ctx: AgentContext) -> dict[str, Any]:
-        made = state.get("tool_attempts", 0)
-        return {
-            "tool_attempts": made,
-            "tool_calls": counted(made, "tool call"),
-            "max_tool_attempts": tool_attempt_limit(state, ctx),
-        }
+        made, limit = state.get("tool_attempts", 0), self.limit(state)
+        if made < limit:
+            return None
+        rounds = counted(state.get("iteration", 0), "round")
+        return Stop(
+            f"Stopped: the run made {counted(made, 'tool call')}, retries included, in {rounds} (the limit is {limit})."
+        )

@@ -9,22 +9,18 @@ gets no in-place retries until a call of it succeeds (its failure is evidently n
 that always fails runs at most `tool_attempts` + `failures` - 1 times before its circuit opens, then once per
 trial. The guard never ends a run: refused calls are errors, which the error streak counts.
 
-Its state, saved with the thread (`reinloop show` lists it): `circuits`, one `Circuit` per tool that failed
-since its last success; its settings: this guard's constructor's.
+Its state, saved with the thread (`reinloop show` lists it; a fresh budget keeps it: a tool that is down stays
+down across runs of the thread): `circuits`, one `Circuit` per tool that failed since its last success.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from reinloop.errors import ConfigurationError
-from reinloop.guards.base import Guard, Round
+from reinloop.guards.base import Guard, Round, at_least, refuse
 from reinloop.state import AgentState, CallCheck, Circuit, ErrorKind, runs
 from reinloop.text import counted
-
-if TYPE_CHECKING:
-    from reinloop.context import AgentContext
 
 __all__ = ["CIRCUIT_OPEN_TEMPLATE", "TOOL_FAILURES", "TRIAL_UNDER_WAY_TEMPLATE", "ToolCircuit", "circuit_text"]
 
@@ -46,20 +42,15 @@ class ToolCircuit(Guard):
     name = "tool_circuit"
 
     def __init__(self, failures: int = 3, cooldown: int = 3) -> None:
-        if failures < 1 or cooldown < 1:
-            raise ConfigurationError(f"ToolCircuit needs failures >= 1 and cooldown >= 1, got {failures}, {cooldown}")
+        at_least("ToolCircuit", failures=(failures, 1), cooldown=(cooldown, 1))
         self.failures = failures
         self.cooldown = cooldown
 
-    @property
-    def fresh(self) -> dict[str, Any]:
-        return {}  # a tool that is down stays down across runs of the thread; a success closes its circuit
-
-    def judge(self, checks: list[CallCheck], state: AgentState, ctx: AgentContext) -> list[CallCheck]:
+    def judge(self, calls: list[CallCheck], state: AgentState) -> list[CallCheck]:
         circuits = state.get("circuits") or {}
         trials: set[str] = set()
         judged: list[CallCheck] = []
-        for check in checks:
+        for check in calls:
             circuit = circuits.get(check["name"])
             if circuit is None or not runs(check):
                 judged.append(check)
@@ -69,17 +60,16 @@ class ToolCircuit(Guard):
                 message = CIRCUIT_OPEN_TEMPLATE.format(
                     name=name, failed=counted(circuit["failures"], "call"), left=counted(circuit["left"], "decision")
                 )
-                check = {**check, "error_kind": "circuit_open", "error": message, "attempts": 0}
+                check = refuse(check, message, "circuit_open")
             elif name in trials:
-                check = {**check, "error_kind": "circuit_open", "error": TRIAL_UNDER_WAY_TEMPLATE.format(name=name)}
-                check["attempts"] = 0
+                check = refuse(check, TRIAL_UNDER_WAY_TEMPLATE.format(name=name), "circuit_open")
             else:
                 trials.add(name)
                 check = {**check, "attempts": 1}  # no in-place retries for a tool that is failing
             judged.append(check)
         return judged
 
-    def observe(self, state: AgentState, round: Round, ctx: AgentContext) -> dict[str, Any]:
+    def observe(self, round: Round, state: AgentState) -> dict[str, Any]:
         before = state.get("circuits") or {}
         # A decision went by: open circuits count down towards their trial.
         circuits = {

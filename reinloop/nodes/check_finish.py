@@ -3,7 +3,7 @@
 Reads `iteration`, `iterations_left`, `decision`, `replans` and what the guards read (`reinloop.guards`;
 LangGraph's `remaining_steps` among it). Writes `iteration`, `iterations_left` (left as it was when answered),
 `finish_reason` and `final_answer` (None unless answered), and for a re-plan turn `reflection` and `replans`,
-or when the run goes on what the guards set (`Guard.going_on`: the error streak's reflection turn).
+or when the run goes on what the guards' notes set (`Note`: the error streak's reflection turn).
 Outcomes: answered; else the first guard in table order that trips: dead_loop (a call the model kept
 repeating after it was answered from cache or refused was refused this round, before it ran, or too many
 decisions made no progress); error_streak (the errors continued after the reflection turn); token_budget;
@@ -22,7 +22,7 @@ from typing import Any, cast
 
 from reinloop.context import AgentContext
 from reinloop.drivers import Steps, adrive, drive
-from reinloop.guards import Guard
+from reinloop.guards import Note, Stop
 from reinloop.guards.error_streak import listed
 from reinloop.middleware import current_runtime
 from reinloop.state import RunState
@@ -67,33 +67,37 @@ def _check_finish(state: RunState, ctx: AgentContext) -> dict[str, Any]:
     after = cast(RunState, {**state, **counted})
     # One re-plan turn replaces the stops of every guard with a `replan` that trips; it tells what the first of
     # them saw. A later guard (the budgets) may still end the run.
-    replan: Guard | None = None
+    replan: Stop | None = None
     can_replan = state.get("replans", 0) < ctx.settings.max_replans
     reason = None
+    notes: list[Note] = []
     for guard in ctx.guards:
-        if guard.reason is None or not guard.trips(after, ctx):
+        verdict = guard.check(after)
+        if isinstance(verdict, Note):
+            notes.append(verdict)
+        elif verdict is None:
             continue
-        if guard.replan is not None and can_replan:
-            replan = replan or guard
-            continue
-        reason = guard.reason
-        break
+        elif verdict.replan is not None and can_replan:
+            replan = replan or verdict
+        else:
+            reason = guard.name
+            break
     update = {**counted, "finish_reason": reason, "final_answer": None}
     if reason is None and replan is not None:
         update.update(_replan(state, replan, ctx))
     elif reason is None:
-        for guard in ctx.guards:
-            update.update(guard.going_on(state, ctx))
+        for note in notes:
+            update.update(note.update, reflection=note.text)
     return update
 
 
-def _replan(state: RunState, stop: Guard, ctx: AgentContext) -> dict[str, Any]:
+def _replan(state: RunState, stop: Stop, ctx: AgentContext) -> dict[str, Any]:
     """A re-plan turn in place of the `stop` guard's: the next decision is shown what kept failing. The guards
     keep what they know: an answer from cache stays one, and the stop trips again unless the next round brings
     a real tool success."""
     replan, replans = state.get("replans", 0) + 1, ctx.settings.max_replans
     more = replans - replan
     left = f"{more} more re-plan{'s are' if more > 1 else ' is'} left." if more else "If this goes on, the run stops."
-    errors = listed(stop.failed_attempts(state, ctx))
+    errors = listed(list(stop.failed))
     text = REPLAN_TEMPLATE.format(replan=replan, replans=replans, what=stop.replan, errors=errors, left=left)
     return {"reflection": text, "replans": replan}

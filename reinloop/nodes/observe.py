@@ -16,7 +16,7 @@ from langchain_core.messages import BaseMessage, ToolMessage
 
 from reinloop.context import AgentContext
 from reinloop.errors import InvariantError
-from reinloop.guards import Round, Seen
+from reinloop.guards import CallResult, Round
 from reinloop.memory.window import CACHED_RESULT_TEMPLATE, error_note
 from reinloop.state import AgentState, CallCheck, ErrorKind, ToolOutcome, runs
 
@@ -34,7 +34,7 @@ def observe(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
     results = state.get("tool_results", [])
     outcomes = {outcome["call_id"]: outcome for outcome in results}
     messages: list[BaseMessage] = []
-    seen: list[Seen] = []
+    seen: list[CallResult] = []
     for check in state.get("checks", []):
         outcome = _outcome(check, outcomes)
         content, error_kind = _observation(check, outcome)
@@ -43,7 +43,7 @@ def observe(state: AgentState, ctx: AgentContext) -> dict[str, Any]:
         messages.append(
             ToolMessage(content, tool_call_id=check["call_id"], name=check["name"], status=status, artifact=artifact)
         )
-        seen.append(Seen(check, outcome, content, error_kind))
+        seen.append(CallResult(check, outcome, content, error_kind))
     round = Round(calls=tuple(seen), outcomes=tuple(results), unreadable=state.get("unreadable_replies", 0))
     return {"messages": messages, **_guarded(state, round, ctx)}
 
@@ -52,7 +52,7 @@ def _guarded(state: AgentState, round: Round, ctx: AgentContext) -> dict[str, An
     """What the guards write after `round`."""
     update: dict[str, Any] = {}
     for guard in ctx.guards:
-        update.update(guard.observe(state, round, ctx))
+        update.update(guard.observe(round, state))
     return update
 
 

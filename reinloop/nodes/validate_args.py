@@ -69,7 +69,7 @@ def validate_args(state: AgentState, ctx: AgentContext, config: RunnableConfig) 
         blocked = decision.get("blocked") or {}
         checks = [_check_call(call, key, ctx, blocked) for call, key in zip(decision["calls"], keys, strict=True)]
         for guard in ctx.guards:
-            checks = guard.judge(checks, state, ctx)
+            checks = guard.judge(checks, state)
         # A call that does not run has no attempts, whatever a guard left in it.
         checks = [check if runs(check) else {**check, "attempts": 0} for check in checks]
         update["checks"] = [_reviewed(check, state, ctx) if _needs_review(check, ctx) else check for check in checks]
@@ -119,6 +119,7 @@ def _check_call(call: dict[str, Any], key: str, ctx: AgentContext, blocked: dict
     check = _check(call_id, name, args, _signature(name, canonical), key, None, None)
     # In-place retries are for retryable tools; the guards may cut them (the run's budget, a failing tool).
     check["attempts"] = ctx.settings.tool_attempts if entry.retryable else 1
+    check["cacheable"] = entry.cacheable
     return check
 
 
