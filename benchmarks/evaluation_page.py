@@ -17,9 +17,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from reinloop.eval import FaultProfile, GridSpec, run_grid
-from reinloop.eval.grid import REFERENCE, markdown_grid, markdown_paired_grid
-from reinloop.eval.simulated import EXTRA_FAULT_RATE, EXTRA_FAULTS, FAULT_MODEL
+from reinloop_eval import FaultProfile, GridSpec, run_grid
+from reinloop_eval.grid import REFERENCE, markdown_grid, markdown_paired_grid
+from reinloop_eval.simulated import EXTRA_FAULT_RATE, EXTRA_FAULTS, FAULT_MODEL
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "evaluation.md"
 LOOPS = {"runaway_rate": 0.2, "stubborn_rate": 0.2}

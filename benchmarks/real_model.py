@@ -5,7 +5,7 @@
 
 No faults are injected: the model makes its own mistakes. The embedded model has no tool-calling API, so the
 peers (create_agent, alone and with middleware) meet it through native calls read from its text in the same
-protocol reinloop uses (`reinloop.eval.written_calls`): the same prompt format and parser for every agent.
+protocol reinloop uses (`reinloop_eval.written_calls`): the same prompt format and parser for every agent.
 Decoding is greedy, so a rerun gives the same runs. Writes real-model.md and real-model.json to --out, each
 protocol's full report (report.md, report.json) in a folder of its own, and prints the tables.
 """
@@ -20,9 +20,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from reinloop.eval import FaultProfile
-from reinloop.eval.benchmark import run_benchmark
-from reinloop.eval.run import AGENTS
+from reinloop_eval import FaultProfile
+from reinloop_eval.benchmark import run_benchmark
+from reinloop_eval.run import AGENTS
 
 PROTOCOLS = ("json", "react", "call_tool")
 

@@ -1,6 +1,6 @@
 """Which default `max_replans` the evaluation supports: reinloop on the fault grid at several values of it.
 
-Runs reinloop alone, as the evaluation builds it (`reinloop.eval.agents._runners`: the same settings, only
+Runs reinloop alone, as the evaluation builds it (`reinloop_eval.agents._runners`: the same settings, only
 `max_replans` changed), at each of the grid's six points (`GridSpec`'s fault rates x correct rates) and seeds,
 for each value of `--replans`; and once the re-asking peer (`REASKING`) for reference. Profiles: `default` is
 `reinloop eval --grid`'s, `loops` adds `--runaway-rate 0.2 --stubborn-rate 0.2`. Prints per profile and value:
@@ -28,13 +28,13 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-import reinloop.eval.run as eval_run
+import reinloop_eval.run as eval_run
 from reinloop import AgentConfig
-from reinloop.eval import SUITE, FaultProfile, GridSpec, RunRecord
-from reinloop.eval.agents import REASKING, Runner, _reinloop, _runners
-from reinloop.eval.report import paired, tokens_per_success
-from reinloop.eval.run import REPORTING_SEEDS
-from reinloop.eval.simulated import EXTRA_FAULT_RATE, EXTRA_FAULTS
+from reinloop_eval import SUITE, FaultProfile, GridSpec, RunRecord
+from reinloop_eval.agents import REASKING, Runner, _reinloop, _runners
+from reinloop_eval.report import paired, tokens_per_success
+from reinloop_eval.run import REPORTING_SEEDS
+from reinloop_eval.simulated import EXTRA_FAULT_RATE, EXTRA_FAULTS
 
 # As benchmarks/evaluation_page.py: `reinloop eval`'s five newer faults at its 0.02, and the loops profile.
 EXTRA_ON: dict[str, Any] = {f"{fault}_rate": EXTRA_FAULT_RATE for fault in EXTRA_FAULTS}

@@ -14,15 +14,12 @@ from langchain.agents.middleware import AgentMiddleware
 from langchain_anthropic import ChatAnthropic
 from langchain_anthropic.middleware import AnthropicPromptCachingMiddleware
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
-from langchain_core.outputs import ChatGeneration, LLMResult
 from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
 from starlette.testclient import TestClient
 
 from reinloop import build_agent
 from reinloop.cli import main
-from reinloop.eval.report import summarize_runs
-from reinloop.eval.run import RunRecord, _CallCounter
 from reinloop.guards.token_budget import TokenBudget
 from reinloop.inspect import inspect_app
 from reinloop.inspect.timeline import timeline
@@ -339,7 +336,7 @@ def test_the_token_budget_counts_cached_tokens_whole():
     assert TokenBudget().trips({"usage": usage}, ctx)
 
 
-# The CLI's summary, the inspector, the evaluation ---------------------------------------------------------------------
+# The CLI's summary and the inspector ----------------------------------------------------------------------------------
 
 
 def test_the_cli_summary_and_the_inspector_show_cached_tokens(tmp_path, capsys):
@@ -363,19 +360,3 @@ def test_the_timeline_gives_each_round_its_cached_tokens():
     agent.invoke({"task": "add"}, THREAD)
     rounds = timeline(list(agent.get_state_history(THREAD))[::-1]).rounds
     assert [each.cached for each in rounds if each.number] == [700, 800, 0]
-
-
-def test_the_evaluation_records_cached_tokens_beside_the_prompt_tokens():
-    counter = _CallCounter()
-    usage = {"input_tokens": 100, "output_tokens": 5, "total_tokens": 105,
-             "input_token_details": {"cache_read": 60, "cache_creation": 30}}  # fmt: skip
-    counter.on_llm_end(LLMResult(generations=[[ChatGeneration(message=AIMessage("hi", usage_metadata=usage))]]))
-    assert (counter.cache_read_tokens, counter.cache_write_tokens) == (60, 30)
-    fields = dict(decisions=1, rounds=1, model_calls=1, prompt_tokens=100, completion_tokens=5, tool_schema_tokens=0,
-                  tool_calls=0, wasted_tool_calls=0, exceeded_budget=False, crashed=False, finish="answered",
-                  sim_s=0.0, wall_s=0.0)  # fmt: skip
-    records = [RunRecord("reinloop", "t", 0, True, **fields, cache_read_tokens=60, cache_write_tokens=30),
-               RunRecord("reinloop", "t", 1, False, **fields)]  # fmt: skip
-    row = summarize_runs(records)["reinloop"]
-    assert (row["cache_read_tokens"], row["cache_write_tokens"]) == (60, 30)
-    assert row["tokens_per_success"] == 210  # cached tokens count whole, as before

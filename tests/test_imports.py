@@ -1,19 +1,21 @@
-"""The package's import graph: the loop never imports its layers (CLI, inspector, evaluation), and no two modules
-import each other, directly or round a circle, when they load (imports for type checking only aside)."""
+"""The import graph: the loop never imports its layers (the CLI, the inspector, and the evaluation, `reinloop_eval`,
+which the CLI loads only when its `eval` command runs); the evaluation imports only the loop's public names; and no
+two modules import each other, directly or round a circle, when they load (imports for type checking only aside)."""
 
 import ast
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).parents[1] / "reinloop"
-LAYERS = ("reinloop.cli", "reinloop.eval", "reinloop.inspect")
+ROOT = Path(__file__).parents[1]
+EVALUATION = "reinloop_eval"
+LAYERS = ("reinloop.cli", "reinloop.inspect", EVALUATION)
 
 
 def _modules() -> dict[str, Path]:
     found = {}
-    for path in PACKAGE.rglob("*.py"):
-        name = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
+    for path in [*(ROOT / "reinloop").rglob("*.py"), *(ROOT / EVALUATION).rglob("*.py")]:
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
         found[name] = path
     return found
 
@@ -66,9 +68,81 @@ def test_the_loop_never_imports_the_cli_the_inspector_or_the_evaluation(module: 
     assert {name for name in _anywhere(module) if _layer(name)} == set()
 
 
+def test_the_cli_loads_the_evaluation_only_when_its_eval_command_runs() -> None:
+    import subprocess
+    import sys
+
+    loaded = {module: sorted(n for n in _at_load(module) if _layer(n) == EVALUATION) for module in MODULES}
+    assert {module: names for module, names in loaded.items() if names and _layer(module) != EVALUATION} == {}
+    code = (
+        "import sys; from reinloop.cli.parser import build_parser; parse = build_parser().parse_args; "
+        "parse(['graph']); before = 'reinloop_eval' in sys.modules; parse(['eval']); "
+        "print(before, 'reinloop_eval' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.split() == ["False", "True"]
+
+
+def _public(module: str, name: str | None) -> bool:
+    """Whether `from module import name` (or `import module`, with no name) names only the loop's public API: no
+    module or name with a leading underscore, and a name in its module's `__all__` when the module has one."""
+    if any(part.startswith("_") for part in module.split(".")) or (name or "").startswith("_"):
+        return False
+    if name is None or f"{module}.{name}" in MODULES:
+        return True
+    if module not in MODULES:
+        return False
+    exported = [
+        ast.literal_eval(node.value)
+        for node in ast.parse(MODULES[module].read_text()).body
+        if isinstance(node, ast.Assign) and any(getattr(target, "id", None) == "__all__" for target in node.targets)
+    ]
+    return not exported or name in exported[0]
+
+
+def _private_uses(source: str) -> list[str]:
+    """The imports in `source` of the loop's names that are not its public API, wherever they stand."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [(alias.name, None) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [(node.module, alias.name) for alias in node.names]
+        else:
+            continue
+        loop = [(module, name) for module, name in names if module.split(".")[0] == "reinloop"]
+        found += [f"{module}: {name or module}" for module, name in loop if not _public(module, name)]
+    return found
+
+
+@pytest.mark.parametrize(
+    ("source", "private"),
+    [
+        ("from reinloop import AgentConfig, build_agent", []),
+        ("from reinloop.memory.tokens import TokenCounter", []),
+        ("import reinloop.protocols", []),
+        ("from reinloop.x import _y", ["reinloop.x: _y"]),
+        ("from reinloop._langgraph import RESUMING", ["reinloop._langgraph: RESUMING"]),
+        ("import reinloop._langgraph", ["reinloop._langgraph: reinloop._langgraph"]),
+        ("from reinloop.config import NOT_EXPORTED", ["reinloop.config: NOT_EXPORTED"]),
+        ("def later():\n    from reinloop.nodes.decide import _reply", ["reinloop.nodes.decide: _reply"]),
+    ],
+    ids=["top-level", "in-all", "module", "private-name", "private-module", "import-private", "not-in-all", "inline"],
+)
+def test_a_private_use_of_the_loop_is_found(source: str, private: list[str]) -> None:
+    assert _private_uses(source) == private
+
+
+@pytest.mark.parametrize("module", sorted(name for name in MODULES if _layer(name) == EVALUATION))
+def test_the_evaluation_imports_only_the_loops_public_names_and_no_other_layer(module: str) -> None:
+    assert _private_uses(MODULES[module].read_text()) == []
+    assert {name for name in _anywhere(module) if _layer(name) not in (None, EVALUATION)} == set()
+
+
 def _part(module: str) -> str:
-    """The part of the package a module belongs to: `reinloop.guards` for `reinloop.guards.repeats`."""
-    return ".".join(module.split(".")[:2])
+    """The part of the code a module belongs to: `reinloop.guards` for `reinloop.guards.repeats`; the evaluation
+    is one part."""
+    return EVALUATION if _layer(module) == EVALUATION else ".".join(module.split(".")[:2])
 
 
 @pytest.mark.parametrize("part", [False, True], ids=["modules", "parts"])
@@ -91,7 +165,7 @@ def test_no_modules_import_each_other_when_they_load(part: bool) -> None:
     assert circles == []
 
 
-def test_no_module_imports_a_private_name_from_another_part_of_the_package() -> None:
+def test_no_module_imports_a_private_name_from_another_part() -> None:
     found = []
     for module, path in MODULES.items():
         for node in ast.walk(ast.parse(path.read_text())):

@@ -27,9 +27,9 @@ from reinloop.nodes.circuit_break import EXPLANATION_KEY
 from reinloop.text import counted
 
 if TYPE_CHECKING:
-    from reinloop.eval.benchmark import Benchmark
-    from reinloop.eval.grid import Grid
     from reinloop.prune import PruneReport
+    from reinloop_eval.benchmark import Benchmark
+    from reinloop_eval.grid import Grid
 
 __all__ = [
     "SHOWN_CHARS",

@@ -1,5 +1,6 @@
 """`reinloop eval`: the fault profile and the options read from the command line and checked, then the
-benchmark (`run_benchmark`) or the fault grid (`run_grid`) run behind a progress bar, and their report shown."""
+benchmark (`run_benchmark`) or the fault grid (`run_grid`) run behind a progress bar, and their report shown.
+The evaluation, `reinloop_eval`, loads only when the command runs."""
 
 from __future__ import annotations
 
@@ -11,22 +12,12 @@ from typing import Any
 from rich.console import Console
 
 from reinloop.cli import CommandError, display
-from reinloop.eval.simulated import EXTRA_FAULTS
 
-__all__ = ["RATES", "evaluate"]
-
-RATES = (
-    "fault_rate",
-    "tool_fault_rate",
-    "correct_rate",
-    "runaway_rate",
-    "stubborn_rate",
-    *(f"{fault}_rate" for fault in EXTRA_FAULTS),
-)
+__all__ = ["evaluate"]
 
 
 def evaluate(args: argparse.Namespace, console: Console) -> int:
-    from reinloop.eval import run_benchmark
+    from reinloop_eval import run_benchmark
 
     profile = _fault_profile(args)
     if args.protocol and not _real_model(args):
@@ -52,7 +43,7 @@ def evaluate(args: argparse.Namespace, console: Console) -> int:
 
 
 def _grid(args: argparse.Namespace, profile: Any, console: Console) -> int:
-    from reinloop.eval import GridSpec, run_grid
+    from reinloop_eval import GridSpec, run_grid
 
     if _real_model(args):
         raise CommandError("--grid runs the simulated model: leave out --model, --base-url and --local")
@@ -76,15 +67,18 @@ def _real_model(args: argparse.Namespace) -> bool:
 
 def _fault_profile(args: argparse.Namespace) -> Any:
     """The simulated model's faults from the command line, checked."""
-    from reinloop.eval import SUITE, FaultProfile
+    from reinloop_eval import SUITE, FaultProfile
+    from reinloop_eval.simulated import EXTRA_FAULTS
 
-    for name in RATES:
+    names = ["fault_rate", "tool_fault_rate", "correct_rate", "runaway_rate", "stubborn_rate"]
+    names += [f"{fault}_rate" for fault in EXTRA_FAULTS]
+    for name in names:
         _check_rates(f"--{name.replace('_', '-')}", [getattr(args, name)])
     if not 1 <= args.tasks <= len(SUITE):
         raise CommandError(f"--tasks must be between 1 and {len(SUITE)}")
     if args.runaway_rounds is not None and args.runaway_rounds < 1:
         raise CommandError("--runaway-rounds must be at least 1")
-    rates = {name: getattr(args, name) for name in RATES}
+    rates = {name: getattr(args, name) for name in names}
     return FaultProfile(**rates, latency_s=args.latency, runaway_rounds=args.runaway_rounds)
 
 

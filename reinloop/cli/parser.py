@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from reinloop.cli import commands
 from reinloop.cli.browse import DEFAULT_PORT
-from reinloop.eval.run import REPORTING_SEEDS
-from reinloop.eval.simulated import EXTRA_FAULT_RATE, EXTRA_FAULTS
 from reinloop.presets import PRESETS, canonical_name
 from reinloop.protocols import PROTOCOLS
 
@@ -21,7 +21,7 @@ DRAW_FORMATS = ["mermaid", "ascii", "png", "svg", "dot"]
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="reinloop", description="A tool-using LLM agent with guard rails.")
-    subcommands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    subcommands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     database, agent = _database_options(), _agent_options()
 
     run = subcommands.add_parser("run", parents=[database, agent], help="run a task")
@@ -95,7 +95,53 @@ def build_parser() -> argparse.ArgumentParser:
     mark.add_argument("--remove", action="store_true", help="unmark it: prune may delete it again")
     mark.set_defaults(handler=commands.mark)
 
-    evaluation = subcommands.add_parser("eval", help="run the fault-injection benchmark: five agents, 50 tasks")
+    evaluation = subcommands.add_parser(
+        "eval", help="run the fault-injection benchmark: five agents, 50 tasks", later=_eval_options
+    )
+    evaluation.set_defaults(handler=commands.evaluate)
+
+    tools = subcommands.add_parser("tools", help="list the tools a run gets: each one's arguments and source")
+    tools.add_argument("--workspace", type=Path, default=Path("reinloop-workspace"), help="folder the tools work in")
+    _mcp_options(tools, "")
+    tools.set_defaults(handler=commands.tools)
+
+    graph = subcommands.add_parser("graph", help="draw the agent's graph")
+    graph.add_argument("--format", choices=DRAW_FORMATS, default="ascii")
+    graph.add_argument("-o", "--output", type=Path, help="file to write (needed for png and svg)")
+    graph.set_defaults(handler=commands.graph)
+    return parser
+
+
+def rounds(text: str) -> int:
+    """A count of rounds as `reinloop.resume` takes it (`reinloop.runs.check_rounds`), for argparse."""
+    from reinloop.runs import check_rounds
+
+    try:
+        return check_rounds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+class _Parser(argparse.ArgumentParser):
+    """A command's parser, whose options may come when it first reads a command line (`later`)."""
+
+    def __init__(self, *args: Any, later: Callable[[argparse.ArgumentParser], None] | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.later = later
+
+    def parse_known_args(self, args: Iterable[str] | None = None, namespace: Any = None) -> tuple[Any, list[str]]:
+        later, self.later = self.later, None  # the subcommands action reads the chosen command's arguments here
+        if later is not None:
+            later(self)
+        return super().parse_known_args(args, namespace)
+
+
+def _eval_options(evaluation: argparse.ArgumentParser) -> None:
+    """The options of `eval`, whose seeds and faults the evaluation defines: added when the command line names
+    `eval` (`_Parser`), so that no other command loads `reinloop_eval`."""
+    from reinloop_eval.run import REPORTING_SEEDS
+    from reinloop_eval.simulated import EXTRA_FAULT_RATE, EXTRA_FAULTS
+
     evaluation.add_argument("--fault-rate", type=float, default=0.2, help="model mistakes per decision (0-1)")
     evaluation.add_argument("--tool-fault-rate", type=float, default=0.1, help="tool faults per call (0-1)")
     evaluation.add_argument("--correct-rate", type=float, default=0.7, help="chance the model fixes an error")
@@ -133,32 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
             default=EXTRA_FAULT_RATE,
             help=f"per decision: {extra[fault]} (default: {EXTRA_FAULT_RATE})",
         )
-    _grid_options(evaluation)
-    evaluation.set_defaults(handler=commands.evaluate)
-
-    tools = subcommands.add_parser("tools", help="list the tools a run gets: each one's arguments and source")
-    tools.add_argument("--workspace", type=Path, default=Path("reinloop-workspace"), help="folder the tools work in")
-    _mcp_options(tools, "")
-    tools.set_defaults(handler=commands.tools)
-
-    graph = subcommands.add_parser("graph", help="draw the agent's graph")
-    graph.add_argument("--format", choices=DRAW_FORMATS, default="ascii")
-    graph.add_argument("-o", "--output", type=Path, help="file to write (needed for png and svg)")
-    graph.set_defaults(handler=commands.graph)
-    return parser
+    _grid_options(evaluation, REPORTING_SEEDS)
 
 
-def rounds(text: str) -> int:
-    """A count of rounds as `reinloop.resume` takes it (`reinloop.runs.check_rounds`), for argparse."""
-    from reinloop.runs import check_rounds
-
-    try:
-        return check_rounds(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _grid_options(evaluation: argparse.ArgumentParser) -> None:
+def _grid_options(evaluation: argparse.ArgumentParser, seeds: tuple[int, ...]) -> None:
     grid = evaluation.add_argument_group(
         "fault grid", "with --grid, these replace --fault-rate, --correct-rate, --seed"
     )
@@ -167,13 +191,13 @@ def _grid_options(evaluation: argparse.ArgumentParser) -> None:
                       help="default: 0.1 0.3 0.5")  # fmt: skip
     grid.add_argument("--correct-rates", type=float, nargs="+", default=[0.3, 0.7], metavar="R",
                       help="default: 0.3 0.7")  # fmt: skip
-    grid.add_argument("--seeds", type=int, nargs="+", default=list(REPORTING_SEEDS), metavar="N",
-                      help=f"default: {' '.join(map(str, REPORTING_SEEDS))} (the reporting seeds)")  # fmt: skip
+    grid.add_argument("--seeds", type=int, nargs="+", default=list(seeds), metavar="N",
+                      help=f"default: {' '.join(map(str, seeds))} (the reporting seeds)")  # fmt: skip
     grid.add_argument("--workers", type=int, default=1, help="processes to run the grid in (default: 1)")
 
 
-def _database_options() -> argparse.ArgumentParser:
-    options = argparse.ArgumentParser(add_help=False)
+def _database_options() -> _Parser:
+    options = _Parser(add_help=False)
     # A string, not a Path: a Path would fold the // of a postgresql:// URL.
     options.add_argument(
         "--db",
@@ -209,9 +233,9 @@ def _mcp_options(options: argparse.ArgumentParser, resumed: str) -> None:
     )
 
 
-def _agent_options() -> argparse.ArgumentParser:
+def _agent_options() -> _Parser:
     """The model, its limits and the run's extras, shared by run and resume."""
-    options = argparse.ArgumentParser(add_help=False)
+    options = _Parser(add_help=False)
     options.add_argument("--model", help="a model string such as openai:gpt-4o-mini, or the model's name at --base-url")
     options.add_argument(
         "--base-url", help="an OpenAI-compatible server (Ollama, vLLM, llama.cpp), e.g. http://127.0.0.1:8080/v1"

@@ -12,11 +12,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reinloop.eval.agents import BUDGET, HARD_CAP
-from reinloop.eval.faults import FAULT_MODEL, FaultProfile
+from reinloop_eval.agents import BUDGET, HARD_CAP
+from reinloop_eval.faults import FAULT_MODEL, FaultProfile
 
 if TYPE_CHECKING:
-    from reinloop.eval.run import RunRecord
+    from reinloop_eval.run import RunRecord
 
 __all__ = [
     "BASELINE",

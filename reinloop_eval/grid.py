@@ -13,7 +13,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, ClassVar
 
-from reinloop.eval.run import (
+from reinloop_eval.run import (
     AGENTS,
     BUDGET,
     METRICS,
@@ -27,8 +27,8 @@ from reinloop.eval.run import (
     summarize_runs,
     tokens_per_success,
 )
-from reinloop.eval.simulated import FAULT_MODEL, FaultProfile
-from reinloop.eval.tasks import SUITE
+from reinloop_eval.simulated import FAULT_MODEL, FaultProfile
+from reinloop_eval.tasks import SUITE
 
 __all__ = ["GRID_FILES", "Grid", "GridSpec", "run_grid"]
 

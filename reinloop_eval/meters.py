@@ -1,5 +1,5 @@
-"""What a run of the evaluation measures: its model calls and their tokens (`Meter`, `message_tokens`), its
-simulated time (`SimulatedClock`), and its tool executions (`ToolStats`)."""
+"""What a run of the evaluation measures: its model calls and their tokens (`Meter`, `message_tokens`,
+`reply_tokens`), its simulated time (`SimulatedClock`), and its tool executions (`ToolStats`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 
 from reinloop.memory.tokens import TokenCounter
 
-__all__ = ["Meter", "SimulatedClock", "ToolStats", "message_tokens"]
+__all__ = ["Meter", "SimulatedClock", "ToolStats", "message_tokens", "reply_tokens"]
 
 
 class Meter:
@@ -26,15 +26,22 @@ class Meter:
 
 
 def message_tokens(counter: TokenCounter, messages: Sequence[BaseMessage]) -> int:
-    """`counter`'s count of `messages`, with the malformed calls' names and arguments, which a provider bills
-    but `TokenCounter` leaves out (reinloop never sends one)."""
-    invalid = sum(
-        counter.text(call["name"] or "") + counter.text(call["args"] or "")
-        for message in messages
-        if isinstance(message, AIMessage)
-        for call in message.invalid_tool_calls
-    )
-    return counter.messages(messages) + invalid
+    """`counter`'s count of `messages` as a prompt, with the malformed calls' names and arguments, which a
+    provider bills but `TokenCounter` leaves out (reinloop never sends one)."""
+    return counter.messages(messages) + sum(_malformed_tokens(counter, message) for message in messages)
+
+
+def reply_tokens(counter: TokenCounter, reply: BaseMessage) -> int:
+    """`counter`'s count of `reply` as what a model wrote: the message alone (a prompt's count adds the tokens
+    that open the reply), its malformed calls included."""
+    return counter.message(reply) + _malformed_tokens(counter, reply)
+
+
+def _malformed_tokens(counter: TokenCounter, message: BaseMessage) -> int:
+    if not isinstance(message, AIMessage):
+        return 0
+    calls = message.invalid_tool_calls
+    return sum(counter.text(call["name"] or "") + counter.text(call["args"] or "") for call in calls)
 
 
 class SimulatedClock:

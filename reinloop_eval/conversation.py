@@ -12,9 +12,10 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, InvalidToolCall, ToolMessage
 from langchain_core.messages.tool import ToolCall
 
-from reinloop.eval.tasks import EvalTask
-from reinloop.protocols import OBSERVATION_LABEL, DecisionProtocol, WrittenProtocol, new_call_id
+from reinloop.protocols import OBSERVATION_LABEL, DecisionProtocol, WrittenProtocol
+from reinloop.protocols.interface import new_call_id
 from reinloop.tools.registry import ToolRegistry
+from reinloop_eval.tasks import EvalTask
 
 __all__ = ["Action", "read_back", "written"]
 

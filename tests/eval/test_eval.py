@@ -8,8 +8,8 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
 from reinloop import AgentConfig
-from reinloop.eval import AGENTS, BUDGET, SUITE, FaultProfile, evaluate_suite, write_report
-from reinloop.eval.tasks import holds
+from reinloop_eval import AGENTS, BUDGET, SUITE, FaultProfile, evaluate_suite, write_report
+from reinloop_eval.tasks import holds
 
 NO_FAULTS = FaultProfile(fault_rate=0.0, tool_fault_rate=0.0)
 
@@ -82,7 +82,7 @@ def test_a_runaway_is_recorded_over_budget_for_the_agents_the_evaluation_must_st
 
 
 def test_wasted_tool_calls_are_executions_but_the_successful_ones_up_to_the_plan():
-    from reinloop.eval.simulated import ToolStats
+    from reinloop_eval.simulated import ToolStats
 
     stats = ToolStats()
     stats.executed, stats.succeeded = 5, 3
@@ -106,8 +106,8 @@ def test_the_report_shows_every_agent_and_each_paired_with_reinloop(tmp_path):
 def test_the_simulated_model_knows_a_summary_request_by_its_instance_not_by_its_wording():
     from langchain_core.messages import HumanMessage, SystemMessage
 
-    from reinloop.eval.simulated import SimulatedModel, summarizer_of
     from reinloop.memory.summary import SUMMARY_PROMPT
+    from reinloop_eval.simulated import SimulatedModel, summarizer_of
 
     task = SUITE[0]
     model = SimulatedModel(task=task, profile=NO_FAULTS)
@@ -145,7 +145,7 @@ def solved(task):
 
 
 def test_the_new_faults_are_off_by_default():
-    from reinloop.eval.simulated import EXTRA_FAULTS
+    from reinloop_eval.simulated import EXTRA_FAULTS
 
     profile = FaultProfile()
     assert (profile.runaway_rate, profile.stubborn_rate, profile.runaway_rounds) == (0.0, 0.0, None)
@@ -153,8 +153,8 @@ def test_the_new_faults_are_off_by_default():
 
 
 def test_a_runaway_model_keeps_calling_tools_with_new_valid_arguments_instead_of_answering(tmp_path):
-    from reinloop.eval.simulated import SimulatedModel
     from reinloop.tools.toolset import default_toolset
+    from reinloop_eval.simulated import SimulatedModel
 
     task = task_named("calc-01")
     tools = {tool.name: tool for tool in default_toolset(tmp_path)}
@@ -173,7 +173,7 @@ def test_a_runaway_model_keeps_calling_tools_with_new_valid_arguments_instead_of
 
 
 def test_a_bounded_runaway_answers_after_its_rounds():
-    from reinloop.eval.simulated import SimulatedModel
+    from reinloop_eval.simulated import SimulatedModel
 
     task = task_named("calc-01")
     model = SimulatedModel(task=task, profile=FaultProfile(fault_rate=0.0, runaway_rate=1.0, runaway_rounds=3))
@@ -186,7 +186,7 @@ def test_a_bounded_runaway_answers_after_its_rounds():
 
 
 def test_without_a_runaway_the_model_answers():
-    from reinloop.eval.simulated import SimulatedModel
+    from reinloop_eval.simulated import SimulatedModel
 
     task = task_named("calc-01")
     assert SimulatedModel(task=task, profile=NO_FAULTS).invoke(solved(task)).text == task.answer
@@ -194,7 +194,7 @@ def test_without_a_runaway_the_model_answers():
 
 @pytest.mark.parametrize("correct_rate, repeats", [(0.0, 6), (1.0, 1)], ids=["never-corrects", "corrects-at-once"])
 def test_a_stubborn_model_repeats_a_successful_call_until_it_corrects_itself(correct_rate, repeats):
-    from reinloop.eval.simulated import SimulatedModel
+    from reinloop_eval.simulated import SimulatedModel
 
     task = task_named("search-calc-01")  # web_search, then calculator
     profile = FaultProfile(fault_rate=0.0, stubborn_rate=1.0, correct_rate=correct_rate)
@@ -242,7 +242,7 @@ def malformed_reply(task):
 
 
 def model_for(task, correct_rate, **faults):
-    from reinloop.eval.simulated import SimulatedModel
+    from reinloop_eval.simulated import SimulatedModel
 
     profile = FaultProfile(fault_rate=0.0, tool_fault_rate=0.0, correct_rate=correct_rate, **faults)
     return SimulatedModel(task=task, profile=profile, seed=11)
@@ -282,7 +282,7 @@ def test_the_model_reacts_to_its_last_actions_failure_the_same_whatever_message_
 
 
 def first_decision_malformed_seed(task):
-    from reinloop.eval.simulated import decision_draws
+    from reinloop_eval.simulated import decision_draws
 
     # the first decision's faults are malformed, bad_args and unknown_tool: malformed is the first third
     return next(seed for seed in range(1000) if decision_draws(seed, 1).which < 1 / 3)
@@ -291,7 +291,7 @@ def first_decision_malformed_seed(task):
 @pytest.mark.parametrize("kind", list(NOTE_KINDS))
 @pytest.mark.parametrize("correct_rate", [0.0, 1.0])
 def test_a_reask_after_a_dropped_malformed_reply_is_gated_by_the_correct_rate(kind, correct_rate):
-    from reinloop.eval.simulated import SimulatedModel
+    from reinloop_eval.simulated import SimulatedModel
 
     task = SUITE[0]
     model = SimulatedModel(task=task, profile=FaultProfile(fault_rate=1.0), seed=first_decision_malformed_seed(task))
@@ -359,7 +359,7 @@ def test_a_call_written_as_text_that_the_agent_read_is_the_models_call():
 
 @pytest.mark.parametrize("protocol", ["json", "react", "call_tool"])
 def test_a_text_protocols_call_written_as_text_is_prose_not_its_format(protocol):
-    from reinloop.eval.simulated import SimulatedModel
+    from reinloop_eval.simulated import SimulatedModel
 
     task = SUITE[0]
     profile = FaultProfile(fault_rate=0.0, tool_fault_rate=0.0, text_call_rate=1.0)
@@ -368,7 +368,7 @@ def test_a_text_protocols_call_written_as_text_is_prose_not_its_format(protocol)
 
 
 def test_wrong_arguments_are_valid_count_as_the_step_and_lead_to_a_wrong_answer(tmp_path):
-    from reinloop.eval.simulated import WRONG_ANSWER
+    from reinloop_eval.simulated import WRONG_ANSWER
 
     task = task_named("search-calc-01")
     model, first = first_then_clean(task, correct_rate=0.0, wrong_args_rate=1.0)
@@ -409,7 +409,7 @@ def test_a_near_repeat_loop_calls_the_same_tool_with_changed_arguments_until_it_
 
 
 def test_reinloop_reads_calls_written_as_text_and_asks_again_after_empty_replies_where_create_agent_stops():
-    from reinloop.eval.run import REASKING, paired
+    from reinloop_eval.run import REASKING, paired
 
     profile = FaultProfile(fault_rate=0.0, tool_fault_rate=0.0, correct_rate=0.5, text_call_rate=0.2, empty_rate=0.2)
     records = evaluate_suite(profile=profile, seed=100, tasks=12, agents=("reinloop", REASKING))
@@ -421,9 +421,9 @@ def test_reinloop_reads_calls_written_as_text_and_asks_again_after_empty_replies
 
 
 def test_the_fault_wrappers_keep_each_tools_policy_but_run_in_this_process(tmp_path):
-    from reinloop.eval.simulated import ToolStats, faulty_tools
     from reinloop.tools import ToolRegistry
     from reinloop.tools.toolset import default_toolset
+    from reinloop_eval.simulated import ToolStats, faulty_tools
 
     originals = ToolRegistry(default_toolset(tmp_path))
     wrapped = ToolRegistry(faulty_tools(default_toolset(tmp_path), NO_FAULTS, 0, ToolStats()))
@@ -444,7 +444,7 @@ def test_no_garbage_collection_runs_during_a_run_and_its_garbage_is_collected_af
     # pause in a process that has run many agents: a collection during a run could time a call out.
     import gc
 
-    from reinloop.eval import run
+    from reinloop_eval import run
 
     seen = []
 
@@ -465,10 +465,10 @@ def test_no_garbage_collection_runs_during_a_run_and_its_garbage_is_collected_af
 def test_prompt_tokens_count_the_tool_schemas_every_native_decision_sends(tmp_path):
     from langchain_core.utils.function_calling import convert_to_openai_tool
 
-    from reinloop.eval.run import protocol_of
     from reinloop.memory.tokens import TokenCounter
     from reinloop.testing import ScriptedChatModel
     from reinloop.tools.toolset import default_toolset
+    from reinloop_eval.run import protocol_of
 
     tools = default_toolset(tmp_path, model=ScriptedChatModel(replies=[]))  # the translate tool included
     schemas = TokenCounter().tools([convert_to_openai_tool(tool) for tool in tools])
@@ -486,9 +486,9 @@ def test_a_real_models_prompt_tokens_count_the_tools_bound_to_it():
     from langchain_core.tools import tool
     from langchain_core.utils.function_calling import convert_to_openai_tool
 
-    from reinloop.eval.run import _CallCounter
     from reinloop.memory.tokens import TokenCounter
     from reinloop.testing import ScriptedChatModel
+    from reinloop_eval.run import _CallCounter
 
     @tool
     def add(a: int, b: int) -> int:
@@ -502,6 +502,27 @@ def test_a_real_models_prompt_tokens_count_the_tools_bound_to_it():
     assert counter.calls == 2 and counter.tool_schema_tokens == tokens.tools([convert_to_openai_tool(add)]) > 0
     assert counter.prompt_tokens == 2 * tokens.messages(messages) + counter.tool_schema_tokens
     assert counter.completion_tokens == 2 * tokens.message(AIMessage("5")) > 0  # what it wrote, twice
+
+
+def test_the_evaluation_records_cached_tokens_beside_the_prompt_tokens():
+    from langchain_core.outputs import ChatGeneration, LLMResult
+
+    from reinloop_eval import RunRecord, summarize_runs
+    from reinloop_eval.run import _CallCounter
+
+    counter = _CallCounter()
+    usage = {"input_tokens": 100, "output_tokens": 5, "total_tokens": 105,
+             "input_token_details": {"cache_read": 60, "cache_creation": 30}}  # fmt: skip
+    counter.on_llm_end(LLMResult(generations=[[ChatGeneration(message=AIMessage("hi", usage_metadata=usage))]]))
+    assert (counter.cache_read_tokens, counter.cache_write_tokens) == (60, 30)
+    fields = dict(decisions=1, rounds=1, model_calls=1, prompt_tokens=100, completion_tokens=5, tool_schema_tokens=0,
+                  tool_calls=0, wasted_tool_calls=0, exceeded_budget=False, crashed=False, finish="answered",
+                  sim_s=0.0, wall_s=0.0)  # fmt: skip
+    records = [RunRecord("reinloop", "t", 0, True, **fields, cache_read_tokens=60, cache_write_tokens=30),
+               RunRecord("reinloop", "t", 1, False, **fields)]  # fmt: skip
+    row = summarize_runs(records)["reinloop"]
+    assert (row["cache_read_tokens"], row["cache_write_tokens"]) == (60, 30)
+    assert row["tokens_per_success"] == 210  # cached tokens count whole, as before
 
 
 @pytest.mark.parametrize(
@@ -535,7 +556,7 @@ def signature(reply):
 
 
 def test_every_agent_meets_the_same_fault_at_its_first_decision(monkeypatch):
-    from reinloop.eval.simulated import SimulatedModel
+    from reinloop_eval.simulated import SimulatedModel
 
     decide, log, firsts = SimulatedModel._decide, [], {}
 
@@ -559,8 +580,8 @@ def test_every_agent_meets_the_same_fault_at_its_first_decision(monkeypatch):
 def test_the_nth_tool_call_meets_the_same_tool_fault_whichever_tool_an_agent_calls(tmp_path):
     from langchain_core.tools import ToolException
 
-    from reinloop.eval.simulated import ToolStats, faulty_tools
     from reinloop.tools.toolset import default_toolset
+    from reinloop_eval.simulated import ToolStats, faulty_tools
 
     profile = FaultProfile(tool_fault_rate=0.5, slow_s=0.0)
     calls = {"calculator": {"expression": "1 + 1"}, "web_search": {"query": "speed of light", "max_results": 1}}
@@ -588,14 +609,14 @@ def test_the_nth_tool_call_meets_the_same_tool_fault_whichever_tool_an_agent_cal
 def record(agent, task, seed, success):
     from dataclasses import fields
 
-    from reinloop.eval.run import RunRecord
+    from reinloop_eval.run import RunRecord
 
     blank = {field.name: "" if field.type == "str" else 0 for field in fields(RunRecord)}  # every other figure nil
     return RunRecord(**{**blank, "agent": agent, "task": task, "seed": seed, "success": success})
 
 
 def test_the_paired_comparison_counts_only_shared_runs_and_bounds_the_difference():
-    from reinloop.eval.run import paired, paired_all
+    from reinloop_eval.run import paired, paired_all
 
     records = []
     for number in range(40):  # reinloop solves 30, the peer 20: 12 only reinloop, 2 only the peer
@@ -619,8 +640,8 @@ def test_the_paired_comparison_counts_only_shared_runs_and_bounds_the_difference
 
 def test_tuning_and_reporting_seeds_are_apart_and_the_defaults_report():
     from reinloop.cli.parser import build_parser
-    from reinloop.eval import GridSpec
-    from reinloop.eval.run import REPORTING_SEEDS, TUNING_SEEDS
+    from reinloop_eval import GridSpec
+    from reinloop_eval.run import REPORTING_SEEDS, TUNING_SEEDS
 
     assert set(TUNING_SEEDS) == set(range(9)) and not set(TUNING_SEEDS) & set(REPORTING_SEEDS)
     assert GridSpec().seeds == REPORTING_SEEDS
@@ -644,8 +665,8 @@ def test_the_reasking_middleware_asks_again_after_a_reply_of_malformed_calls_onl
     from langchain.agents import create_agent
     from langchain_core.tools import tool
 
-    from reinloop.eval.run import MALFORMED_NOTE, ReaskAfterMalformedReply
     from reinloop.testing import ScriptedChatModel
+    from reinloop_eval.run import MALFORMED_NOTE, ReaskAfterMalformedReply
 
     @tool
     def add(a: int, b: int) -> int:
@@ -682,8 +703,8 @@ def test_the_reasking_middleware_asks_again_after_a_reply_of_malformed_calls_onl
 
 
 def test_a_rerun_of_a_point_gives_the_same_figures_for_every_agent_slow_calls_and_timeouts_included():
-    from reinloop.eval import summarize_runs
-    from reinloop.eval.simulated import TOOL_TIMEOUT_S
+    from reinloop_eval import summarize_runs
+    from reinloop_eval.simulated import TOOL_TIMEOUT_S
 
     profile = FaultProfile(fault_rate=0.3, correct_rate=0.5, tool_fault_rate=0.6)
     assert profile.slow_s > TOOL_TIMEOUT_S  # reinloop's timeout gives up on a slow call, the others wait
@@ -709,7 +730,7 @@ def test_the_timer_and_the_models_latency_advance_simulated_time_without_sleepin
     assert time.perf_counter() - start < 30
     for record in records:  # two decisions: the call and the answer, 30 simulated seconds each
         assert record.success and record.sim_s == 60.0
-    from reinloop.eval.run import run_task
+    from reinloop_eval.run import run_task
 
     waited = run_task(
         "reinloop", timer[0], FaultProfile(fault_rate=0.0, tool_fault_rate=0.0), 0, Path(tempfile.mkdtemp())
@@ -720,8 +741,8 @@ def test_the_timer_and_the_models_latency_advance_simulated_time_without_sleepin
 def test_a_slow_call_hangs_until_its_run_ends_for_an_agent_with_a_shorter_timeout_and_not_at_all_for_others(tmp_path):
     import threading
 
-    from reinloop.eval.simulated import TOOL_TIMEOUT_S, SimulatedClock, ToolStats, _tool_fault, faulty_tools
     from reinloop.tools.toolset import default_toolset
+    from reinloop_eval.simulated import TOOL_TIMEOUT_S, SimulatedClock, ToolStats, _tool_fault, faulty_tools
 
     profile = FaultProfile(tool_fault_rate=1.0)
     seed = next(seed for seed in range(1000) if _tool_fault(profile, seed, 0) == "slow")
@@ -748,8 +769,8 @@ def test_a_slow_call_hangs_until_its_run_ends_for_an_agent_with_a_shorter_timeou
 
 
 def test_every_model_call_of_a_run_is_metered_summaries_and_translations_included_with_its_completion():
-    from reinloop.eval.simulated import Meter, SimulatedModel, message_tokens, summarizer_of
     from reinloop.memory.tokens import TOKENS_PER_REPLY, TokenCounter
+    from reinloop_eval.simulated import Meter, SimulatedModel, message_tokens, summarizer_of
 
     task = task_named("translate-01")
     meter = Meter()
@@ -767,8 +788,8 @@ def test_every_model_call_of_a_run_is_metered_summaries_and_translations_include
 
 
 def test_a_malformed_calls_arguments_are_tokens_both_written_and_sent_again():
-    from reinloop.eval.simulated import message_tokens
     from reinloop.memory.tokens import TokenCounter
+    from reinloop_eval.simulated import message_tokens
 
     counter = TokenCounter()
     args = '{"expression": "1 + 1 + 1'
@@ -780,8 +801,8 @@ def test_a_malformed_calls_arguments_are_tokens_both_written_and_sent_again():
 
 
 def test_rounds_leave_out_re_asks_alike_and_model_calls_cover_every_decision():
-    from reinloop.eval import summarize_runs
-    from reinloop.eval.run import REASKING
+    from reinloop_eval import summarize_runs
+    from reinloop_eval.run import REASKING
 
     records = evaluate_suite(profile=FaultProfile(fault_rate=0.6, correct_rate=0.3), seed=100, tasks=10)
     for record in records:

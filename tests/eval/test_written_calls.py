@@ -4,9 +4,9 @@ import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
-from reinloop.eval.written_calls import WrittenToolCalls
 from reinloop.protocols import OBSERVATION_LABEL, get_protocol
 from reinloop.testing import ScriptedChatModel, json_action
+from reinloop_eval.written_calls import WrittenToolCalls
 from tests.conftest import add
 
 

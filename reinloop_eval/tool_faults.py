@@ -9,10 +9,10 @@ from typing import Any
 
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 
-from reinloop.eval.faults import FaultProfile, tool_draws
-from reinloop.eval.meters import SimulatedClock, ToolStats
 from reinloop.tools.clock import TimerTool
 from reinloop.tools.registry import POLICY_KEY
+from reinloop_eval.faults import FaultProfile, tool_draws
+from reinloop_eval.meters import SimulatedClock, ToolStats
 
 __all__ = ["HANG_LIMIT_S", "TOOL_FAULTS", "faulty_tools"]
 

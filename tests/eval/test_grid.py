@@ -7,9 +7,9 @@ import statistics
 
 import pytest
 
-from reinloop.eval import AGENTS, FaultProfile, GridSpec, run_grid
-from reinloop.eval.grid import PEERS
-from reinloop.eval.run import REASKING
+from reinloop_eval import AGENTS, FaultProfile, GridSpec, run_grid
+from reinloop_eval.grid import PEERS
+from reinloop_eval.run import REASKING
 
 # Slow calls hang longer than reinloop's timeout: until the run ends, in real time (simulated time counts it).
 RUNAWAY = FaultProfile(tool_fault_rate=0.1, runaway_rate=0.5, stubborn_rate=0.2)

@@ -22,28 +22,29 @@ from langchain_core.runnables import Runnable
 from pydantic import PrivateAttr
 
 from reinloop.config import ProtocolName
-from reinloop.eval.conversation import Action as Action
-from reinloop.eval.conversation import _again, _call, _last_call, _was_read, _with_ids
-from reinloop.eval.conversation import _observed as _observed
-from reinloop.eval.conversation import _progress as _progress
-from reinloop.eval.conversation import read_back as read_back
-from reinloop.eval.conversation import written as written
-from reinloop.eval.faults import EXTRA_FAULT_RATE as EXTRA_FAULT_RATE
-from reinloop.eval.faults import EXTRA_FAULTS as EXTRA_FAULTS
-from reinloop.eval.faults import FAULT_MODEL, TOOL_TIMEOUT_S, FaultProfile
-from reinloop.eval.faults import DecisionDraws as DecisionDraws
-from reinloop.eval.faults import ExtraDraws as ExtraDraws
-from reinloop.eval.faults import decision_draws as decision_draws
-from reinloop.eval.faults import extra_draws as extra_draws
-from reinloop.eval.meters import Meter, SimulatedClock
-from reinloop.eval.meters import ToolStats as ToolStats
-from reinloop.eval.meters import message_tokens as message_tokens
-from reinloop.eval.tasks import TRANSLATIONS, EvalTask, Step
-from reinloop.eval.tool_faults import _tool_fault as _tool_fault
-from reinloop.eval.tool_faults import faulty_tools
-from reinloop.memory.tokens import TOKENS_PER_REPLY, TokenCounter
-from reinloop.protocols import WrittenProtocol, get_protocol, new_call_id
+from reinloop.memory.tokens import TokenCounter
+from reinloop.protocols import WrittenProtocol, get_protocol
+from reinloop.protocols.interface import new_call_id
 from reinloop.testing import bind_as_provider
+from reinloop_eval.conversation import Action as Action
+from reinloop_eval.conversation import _again, _call, _last_call, _was_read, _with_ids
+from reinloop_eval.conversation import _observed as _observed
+from reinloop_eval.conversation import _progress as _progress
+from reinloop_eval.conversation import read_back as read_back
+from reinloop_eval.conversation import written as written
+from reinloop_eval.faults import EXTRA_FAULT_RATE as EXTRA_FAULT_RATE
+from reinloop_eval.faults import EXTRA_FAULTS as EXTRA_FAULTS
+from reinloop_eval.faults import FAULT_MODEL, TOOL_TIMEOUT_S, FaultProfile
+from reinloop_eval.faults import DecisionDraws as DecisionDraws
+from reinloop_eval.faults import ExtraDraws as ExtraDraws
+from reinloop_eval.faults import decision_draws as decision_draws
+from reinloop_eval.faults import extra_draws as extra_draws
+from reinloop_eval.meters import Meter, SimulatedClock, reply_tokens
+from reinloop_eval.meters import ToolStats as ToolStats
+from reinloop_eval.meters import message_tokens as message_tokens
+from reinloop_eval.tasks import TRANSLATIONS, EvalTask, Step
+from reinloop_eval.tool_faults import _tool_fault as _tool_fault
+from reinloop_eval.tool_faults import faulty_tools
 
 __all__ = [
     "FAULT_MODEL",
@@ -151,7 +152,7 @@ class SimulatedModel(BaseChatModel):
             self.meter.calls += 1
             self.meter.tool_schema_tokens += schemas
             self.meter.prompt_tokens += message_tokens(self._counter, messages) + schemas
-            self.meter.completion_tokens += message_tokens(self._counter, [reply]) - TOKENS_PER_REPLY
+            self.meter.completion_tokens += reply_tokens(self._counter, reply)
         return ChatResult(generations=[ChatGeneration(message=reply)])
 
     # the decision -------------------------------------------------------------------------------------

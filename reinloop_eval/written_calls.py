@@ -22,7 +22,8 @@ from langchain_core.outputs import ChatResult
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.tools import BaseTool
 
-from reinloop.protocols import WrittenProtocol, new_call_id, read_reply
+from reinloop.protocols import WrittenProtocol, read_reply
+from reinloop.protocols.interface import new_call_id
 from reinloop.tools.registry import ToolRegistry
 
 __all__ = ["WrittenToolCalls"]

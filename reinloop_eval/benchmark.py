@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from reinloop.eval.run import (
+from reinloop_eval.run import (
     AGENTS,
     PRESET_AGENTS,
     REPORTING_SEEDS,
@@ -19,7 +19,7 @@ from reinloop.eval.run import (
     paired_all,
     write_report,
 )
-from reinloop.eval.simulated import FaultProfile
+from reinloop_eval.simulated import FaultProfile
 
 __all__ = ["REPORT_FILES", "Benchmark", "run_benchmark"]
 

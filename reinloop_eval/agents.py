@@ -16,10 +16,10 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 
 from reinloop.config import AgentConfig, ProtocolName
-from reinloop.eval.faults import TOOL_TIMEOUT_S, FaultProfile
-from reinloop.eval.simulated import summarizer_of
-from reinloop.eval.tasks import EvalTask
 from reinloop.presets import PRESETS, preset
+from reinloop_eval.faults import TOOL_TIMEOUT_S, FaultProfile
+from reinloop_eval.simulated import summarizer_of
+from reinloop_eval.tasks import EvalTask
 
 __all__ = [
     "AGENTS",

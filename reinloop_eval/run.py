@@ -21,7 +21,10 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import LLMResult
 
-from reinloop.eval.agents import (
+from reinloop.memory.tokens import TokenCounter
+from reinloop.memory.usage import cache_tokens
+from reinloop.tools.toolset import default_toolset
+from reinloop_eval.agents import (
     AGENTS,
     BUDGET,
     HARD_STOPS,
@@ -30,24 +33,21 @@ from reinloop.eval.agents import (
     ReaskAfterMalformedReply,
     _runners,
 )
-from reinloop.eval.agents import MALFORMED_NOTE as MALFORMED_NOTE
-from reinloop.eval.agents import TOOLS_HANDLE_ERRORS as TOOLS_HANDLE_ERRORS
-from reinloop.eval.agents import Outcome as Outcome
-from reinloop.eval.agents import protocol_of as protocol_of
-from reinloop.eval.agents import tool_timeout_of as tool_timeout_of
-from reinloop.eval.faults import FaultProfile
-from reinloop.eval.meters import Meter, SimulatedClock, ToolStats, message_tokens
-from reinloop.eval.report import METRICS, paired, pyplot, save_chart, summarize_runs, write_report
-from reinloop.eval.report import markdown_paired as markdown_paired
-from reinloop.eval.report import markdown_table as markdown_table
-from reinloop.eval.report import paired_all as paired_all
-from reinloop.eval.report import tokens_per_success as tokens_per_success
-from reinloop.eval.simulated import SimulatedModel
-from reinloop.eval.tasks import SUITE, EvalTask
-from reinloop.eval.tool_faults import faulty_tools
-from reinloop.memory.tokens import TOKENS_PER_REPLY, TokenCounter
-from reinloop.memory.usage import cache_tokens
-from reinloop.tools.toolset import default_toolset
+from reinloop_eval.agents import MALFORMED_NOTE as MALFORMED_NOTE
+from reinloop_eval.agents import TOOLS_HANDLE_ERRORS as TOOLS_HANDLE_ERRORS
+from reinloop_eval.agents import Outcome as Outcome
+from reinloop_eval.agents import protocol_of as protocol_of
+from reinloop_eval.agents import tool_timeout_of as tool_timeout_of
+from reinloop_eval.faults import FaultProfile
+from reinloop_eval.meters import Meter, SimulatedClock, ToolStats, message_tokens, reply_tokens
+from reinloop_eval.report import METRICS, paired, pyplot, save_chart, summarize_runs, write_report
+from reinloop_eval.report import markdown_paired as markdown_paired
+from reinloop_eval.report import markdown_table as markdown_table
+from reinloop_eval.report import paired_all as paired_all
+from reinloop_eval.report import tokens_per_success as tokens_per_success
+from reinloop_eval.simulated import SimulatedModel
+from reinloop_eval.tasks import SUITE, EvalTask
+from reinloop_eval.tool_faults import faulty_tools
 
 __all__ = [
     "AGENTS",
@@ -127,7 +127,7 @@ class _CallCounter(BaseCallbackHandler):
             for generation in generations:
                 message = getattr(generation, "message", None)
                 if isinstance(message, BaseMessage):
-                    self.completion_tokens += message_tokens(self._counter, [message]) - TOKENS_PER_REPLY
+                    self.completion_tokens += reply_tokens(self._counter, message)
                     read, written = cache_tokens(message)
                     self.cache_read_tokens += read
                     self.cache_write_tokens += written
@@ -159,8 +159,8 @@ def run_task(agent: str, task: EvalTask, profile: FaultProfile, seed: int, folde
         tools = faulty_tools(default_toolset(workspace, model=model), FaultProfile(tool_fault_rate=0.0), 0, stats)
         if real.protocol != "tool_calling" and agent != "reinloop":
             # The peers call tools natively: they get the model's protocol as native calls (WrittenToolCalls).
-            from reinloop.eval.written_calls import WrittenToolCalls
             from reinloop.protocols import get_protocol
+            from reinloop_eval.written_calls import WrittenToolCalls
 
             protocol = real.decision_protocol or get_protocol(real.protocol)
             model = WrittenToolCalls(model=real.model, protocol=protocol)

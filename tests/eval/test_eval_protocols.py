@@ -8,13 +8,13 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from reinloop import AgentConfig, build_agent
-from reinloop.eval import SUITE, FaultProfile, SimulatedModel, evaluate_suite
-from reinloop.eval.run import PRESET_AGENTS, protocol_of
-from reinloop.eval.simulated import _observed, _progress, read_back, written
 from reinloop.presets import PRESETS, preset
 from reinloop.protocols import get_protocol
 from reinloop.tools.registry import ToolRegistry
 from reinloop.tools.toolset import default_toolset
+from reinloop_eval import SUITE, FaultProfile, SimulatedModel, evaluate_suite
+from reinloop_eval.run import PRESET_AGENTS, protocol_of
+from reinloop_eval.simulated import _observed, _progress, read_back, written
 
 TEXT_PROTOCOLS = ["json", "react", "call_tool"]
 STEPS = [step for task in SUITE for step in task.plan]
