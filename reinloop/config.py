@@ -6,14 +6,16 @@ while its budgets (counters) come back from the checkpoint.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
 
-from reinloop.bounds import WorstCase, worst_case
 from reinloop.errors import ConfigurationError
 from reinloop.tools.execution import MAX_TIMEOUT_S, wait_problem
+
+if TYPE_CHECKING:
+    from reinloop.bounds import WorstCase
 
 __all__ = [
     "DEFAULT_REPLY_TOKENS",
@@ -295,6 +297,8 @@ class AgentConfig(BaseModel):
         under these settings and the built-in guards (`reinloop.bounds`); ``print(config.worst_case())``. Each
         model call's prompt counts at `context_token_budget` (an agent's: ``build_agent(...).context_token_budget``)
         or the setting; with neither, the tokens are shown per budget."""
+        from reinloop.bounds import worst_case
+
         return worst_case(self, context_token_budget=context_token_budget)
 
     def __init__(self, **values: object) -> None:

@@ -330,10 +330,10 @@ def test_cache_tokens_reads_each_providers_report(details, expected):
 
 
 def test_the_token_budget_counts_cached_tokens_whole():
-    ctx = make_context(run_token_budget=1_000)
     usage = {"model_calls": 1, "prompt_tokens": 990, "completion_tokens": 10, "total_tokens": 1_000,
              "cache_read_tokens": 990, "cache_write_tokens": 0}  # fmt: skip
-    assert TokenBudget().trips({"usage": usage}, ctx)
+    assert TokenBudget(1_000).check({"usage": usage}) is not None
+    assert TokenBudget(1_001).check({"usage": usage}) is None
 
 
 # The CLI's summary and the inspector ----------------------------------------------------------------------------------

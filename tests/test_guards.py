@@ -56,7 +56,7 @@ class NoDivision(Guard):
     name = "no_division"
     exit_code = 42
     state_schema = Refusals
-    fresh: ClassVar = {"refused_calls": 0}
+    initial: ClassVar = {"refused_calls": 0}
 
     def __init__(self, most: int = 2) -> None:
         self.most = most

@@ -144,10 +144,10 @@ def exit_codes(guards: Iterable[Guard] = DEFAULT_GUARDS) -> dict[str, int]:
 
 
 def fresh_budgets(guards: Iterable[Guard], base: Mapping[str, Any]) -> dict[str, Any]:
-    """What a fresh budget writes: `base` (the run's own counters) and every guard's `fresh` values."""
+    """What a fresh budget writes: `base` (the run's own counters) and every guard's `initial` values."""
     fresh = dict(base)
     for guard in guards:
-        fresh.update(guard.fresh)
+        fresh.update(guard.initial)
     return fresh
 
 

@@ -7,7 +7,7 @@
   `Note(text)` lets it go on with a note for the next decision; None lets it go on.
 
 A guard whose `check` may stop a run sets `exit_code` (the `reinloop` command's status). Its keys are a
-TypedDict, `state_schema`, merged into the agent's state and saved with the thread; `fresh` holds their values
+TypedDict, `state_schema`, merged into the agent's state and saved with the thread; `initial` holds their values
 for a fresh budget (a new task, a resume after a break). Hooks read state only, so a resumed run keeps what a
 guard knows; `check` is asked again for the final message, so it depends on state alone.
 """
@@ -84,7 +84,7 @@ class Guard:
     name: ClassVar[str] = ""
     exit_code: ClassVar[int | None] = None
     state_schema: ClassVar[type[Any] | None] = None
-    fresh: ClassVar[Mapping[str, Any]] = {}
+    initial: ClassVar[Mapping[str, Any]] = {}
 
     def judge(self, calls: list[CallCheck], state: AgentState) -> list[CallCheck]:
         return calls

@@ -40,7 +40,7 @@ class ErrorStreak(Guard):
 
     name = "error_streak"
     exit_code = 4
-    fresh: ClassVar = {"consecutive_errors": 0, "streak_errors": [], "reflected_at": None}
+    initial: ClassVar = {"consecutive_errors": 0, "streak_errors": [], "reflected_at": None}
 
     def __init__(self, threshold: int = 3, reflection: bool = True) -> None:
         at_least("ErrorStreak", threshold=(threshold, 1))

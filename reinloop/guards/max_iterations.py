@@ -23,7 +23,7 @@ def rounds_used_up(state: RunState) -> bool:
 class MaxIterations(Guard):
     name = "max_iterations"
     exit_code = 3
-    fresh: ClassVar = {"iterations_left": None}
+    initial: ClassVar = {"iterations_left": None}
 
     def check(self, state: RunState) -> Stop | None:
         if not rounds_used_up(state):

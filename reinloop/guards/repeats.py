@@ -203,7 +203,7 @@ class DeadLoop(Guard):
 
     name = "dead_loop"
     exit_code = 5
-    fresh: ClassVar = {"call_window": [], "stalled": 0}
+    initial: ClassVar = {"call_window": [], "stalled": 0}
 
     def __init__(
         self,

@@ -20,7 +20,7 @@ __all__ = ["TokenBudget"]
 class TokenBudget(Guard):
     name = "token_budget"
     exit_code = 6
-    fresh: ClassVar = {"usage": NO_USAGE}
+    initial: ClassVar = {"usage": NO_USAGE}
 
     def __init__(self, budget: int | None = None) -> None:
         if budget is not None:

@@ -28,7 +28,7 @@ OVER_BUDGET_TEMPLATE = (
 class ToolAttempts(Guard):
     name = "max_tool_attempts"
     exit_code = 7
-    fresh: ClassVar = {"tool_attempts": 0}
+    initial: ClassVar = {"tool_attempts": 0}
 
     def __init__(self, max_tool_attempts: int | None = None, tool_attempts: int = 3, max_iterations: int = 20) -> None:
         at_least("ToolAttempts", tool_attempts=(tool_attempts, 1), max_iterations=(max_iterations, 1))

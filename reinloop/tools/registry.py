@@ -6,7 +6,7 @@ import json
 import pickle
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, ValidationError
@@ -15,8 +15,10 @@ from reinloop.errors import ConfigurationError
 from reinloop.text import truncate
 from reinloop.tools.execution import ISOLATIONS, Isolation, ResultRules, RetryOn, wait_problem
 from reinloop.tools.injection import NO_INJECTION, Injection, injection_of
-from reinloop.tools.json_schema import JsonArgsValidator
 from reinloop.tools.results import ResultCheck, reject_empty
+
+if TYPE_CHECKING:
+    from reinloop.tools.json_schema import JsonArgsValidator
 
 __all__ = ["POLICY_KEY", "RESERVED_TOOL_NAMES", "RegisteredTool", "ToolRegistry", "as_tool"]
 
@@ -305,7 +307,11 @@ class ToolRegistry:
             raise ConfigurationError(f"tool name {name!r} is reserved by reinloop; rename the tool")
         _check_timeout(name, timeout_s)
         schema, schema_json = _call_schema(lc_tool)
-        json_validator = JsonArgsValidator.for_tool(name, schema_json) if schema is None else None
+        json_validator = None
+        if schema is None:  # a tool described only by a JSON schema (MCP's, OpenAPI's): loaded for those alone
+            from reinloop.tools.json_schema import JsonArgsValidator
+
+            json_validator = JsonArgsValidator.for_tool(name, schema_json)
         own_schema = lc_tool.args_schema
         extra_args = (
             isinstance(own_schema, type)
