@@ -1,5 +1,5 @@
-"""LangChain middleware inside reinloop's nodes (`reinloop.middleware`): every "works" row of the README's
-middleware table, on LangChain's shipped middleware and the decorator forms, sync and async."""
+"""LangChain middleware inside reinloop's nodes (`reinloop.middleware`): every "works" row of the middleware
+table of docs/middleware.md, on LangChain's shipped middleware and the decorator forms, sync and async."""
 
 from __future__ import annotations
 

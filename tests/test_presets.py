@@ -291,11 +291,11 @@ def test_the_config_a_run_builds_is_the_preset_with_the_options_given(monkeypatc
     assert built[0] == AgentConfig(**{**seed_004().model_dump(), "error_threshold": 2})
 
 
-def test_the_readme_lists_every_preset_in_the_cli_usage_and_the_presets_table():
-    from tests.test_readme import README
+def test_the_docs_list_every_preset_in_the_cli_usage_and_the_presets_table():
+    from tests.test_readme import page
 
-    (usage,) = re.findall(r"\[--preset (seed-[\w|-]+)\]", README)
+    (usage,) = re.findall(r"\[--preset (seed-[\w|-]+)\]", page("cli.md"))
     assert usage.split("|") == list(PRESETS)
-    section = README.split("## Presets", 1)[1].split("\n## ", 1)[0]
+    section = page("presets.md").split("# Presets", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| `([\w-]+)` \| `(\w+)` \|", section, re.MULTILINE)
     assert rows == list(PROTOCOLS.items())

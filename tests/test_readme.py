@@ -1,42 +1,98 @@
-"""The README's code runs, its commands are the ones CI runs, and the example script works."""
+"""The README's and the docs pages' code runs, their links resolve, the README's commands are the ones CI runs,
+and the example script works."""
 
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
+DOCS = ROOT / "docs"
 FENCE = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+# A Markdown link or image to a file of the repository: `[text](target)`, `(target#anchor)`; not a web address.
+LINK = re.compile(r"\]\((?!https?://|mailto:)([^)\s]*)\)")
 
 
-def blocks(language: str) -> list[tuple[str, str]]:
-    return [(info, body) for lang, info, body in FENCE.findall(README) if lang == language]
+def page(name: str) -> str:
+    """A docs page's text, by file name: `page("cli.md")`."""
+    return (DOCS / name).read_text()
 
 
-def runnable_blocks() -> list[str]:
-    runnable = [body for info, body in blocks("python") if "no-run" not in info]
-    assert len(runnable) >= 6
-    return runnable
+def blocks(language: str, text: str = README) -> list[tuple[str, str]]:
+    return [(info, body) for lang, info, body in FENCE.findall(text) if lang == language]
 
 
-def test_readme_python_blocks_run_in_order(tmp_path, monkeypatch):
+def runnable_blocks(text: str = README) -> list[str]:
+    return [body for info, body in blocks("python", text) if "no-run" not in info]
+
+
+# The docs pages with Python to run: each runs after the README's blocks, whose names (the Quickstart's) it uses.
+PAGES = [path.name for path in sorted(DOCS.glob("*.md")) if runnable_blocks(path.read_text())]
+# What a page's guarded run prints: once, from the main script, never again from the workers that import it.
+PRINTED_ONCE = {"tools.md": "330 m = 1082.68 ft"}
+
+
+def reader_blocks(name: str) -> list[tuple[str, str]]:
+    """A page's blocks as a reader runs them, each with the name a traceback gives it: the README's, then the page's."""
+    named = [(f"README.md python block {number}", body) for number, body in enumerate(runnable_blocks(), 1)]
+    if name != "README.md":
+        named += [(f"docs/{name} python block {n}", body) for n, body in enumerate(runnable_blocks(page(name)), 1)]
+    return named
+
+
+def test_the_readme_and_the_docs_pages_hold_the_python_that_runs():
+    assert len(runnable_blocks()) >= 2  # the Quickstart and the worst case
+    assert len(PAGES) >= 9
+    assert sum(len(runnable_blocks(page(name))) for name in PAGES) + len(runnable_blocks()) >= 18
+    assert set(PRINTED_ONCE) <= set(PAGES)
+
+
+@pytest.mark.parametrize("name", ["README.md", *PAGES], ids=lambda name: name.removesuffix(".md"))
+def test_python_blocks_run_in_order(name, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     namespace: dict = {"__name__": "__main__"}
-    for number, body in enumerate(runnable_blocks(), 1):
-        exec(compile(body, f"README.md python block {number}", "exec"), namespace)
+    for label, body in reader_blocks(name):
+        exec(compile(body, label, "exec"), namespace)
 
 
-def test_readme_python_blocks_pasted_into_one_script_run_without_a_traceback(tmp_path):
+@pytest.mark.parametrize("name", ["README.md", *PAGES], ids=lambda name: name.removesuffix(".md"))
+def test_python_blocks_pasted_into_one_script_run_without_a_traceback(name, tmp_path):
     """As a reader runs them: one file, run by Python, whose worker processes import it again."""
-    script = tmp_path / "readme_blocks.py"
-    script.write_text("\n\n".join(runnable_blocks()))
+    script = tmp_path / "blocks.py"
+    script.write_text("\n\n".join(body for _, body in reader_blocks(name)))
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr, done.stderr
     # The guarded run once: workers import the script again (Python's rule for spawn and forkserver), and the
     # main guard keeps the run out of them.
-    assert done.stdout.count("330 m = 1082.68 ft") == 1
+    if name in PRINTED_ONCE:
+        assert done.stdout.count(PRINTED_ONCE[name]) == 1
+
+
+def test_the_readme_links_every_docs_page():
+    linked = set(re.findall(r"\]\(docs/([\w-]+\.md)[#)]", README))
+    assert linked == {path.name for path in DOCS.glob("*.md")}
+
+
+def _anchor(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+@pytest.mark.parametrize(
+    "path", [ROOT / "README.md", *sorted(DOCS.glob("*.md"))], ids=lambda path: path.relative_to(ROOT).as_posix()
+)
+def test_relative_links_resolve_to_a_file_and_a_heading(path):
+    for target in LINK.findall(FENCE.sub("", path.read_text())):
+        file, _, anchor = target.partition("#")
+        linked = (path.parent / file).resolve() if file else path
+        assert linked.is_file(), f"{path.name}: {target}"
+        if anchor:
+            headings = re.findall(r"^#+ (.+)$", FENCE.sub("", linked.read_text()), re.MULTILINE)
+            assert anchor in {_anchor(heading) for heading in headings}, f"{path.name}: {target}"
 
 
 def test_ci_runs_the_readme_test_command():

@@ -42,7 +42,7 @@ APPROVING = "approving"  # its twin that asks before each call
 DEPLOYED = "reinloop"  # the repository's langgraph.json entry
 # The deployed agent's settings; its model replies what each test scripts.
 DEPLOYED_ENV = {"REINLOOP_TOOLS": "calculator", "REINLOOP_MAX_ITERATIONS": "4"}
-README_URL = "http://127.0.0.1:2024"  # where the README's Deploy blocks find the server
+DEPLOY_PAGE_URL = "http://127.0.0.1:2024"  # where the Deploy blocks of docs/deploy.md find the server
 # No network at run time: no CLI analytics, no PyPI version check, no LangSmith tracing (and no browser).
 OFFLINE_ENV = {"LANGGRAPH_CLI_NO_ANALYTICS": "1", "LANGGRAPH_NO_VERSION_CHECK": "true", "LANGSMITH_TRACING": "false"}
 
@@ -279,16 +279,16 @@ def test_the_deployed_agent_takes_its_model_tools_and_limits_from_the_environmen
     assert [tool["function"]["name"] for tool in sent["tools"]] == ["calculator"]
 
 
-def test_the_readme_deploy_blocks_run_against_the_server(server: Server, capsys: pytest.CaptureFixture[str]) -> None:
-    readme = (ROOT / "README.md").read_text()
-    blocks = [body for _, info, body in FENCE.findall(readme) if "server" in info.split()]
+def test_the_deploy_page_blocks_run_against_the_server(server: Server, capsys: pytest.CaptureFixture[str]) -> None:
+    deploy = (ROOT / "docs" / "deploy.md").read_text()
+    blocks = [body for _, info, body in FENCE.findall(deploy) if "server" in info.split()]
     assert len(blocks) == 2
     _script(server, _calculate("23 * 19"), "23 * 19 = 437", _calculate("23 * 19"), _calculate("437 + 1"),
             "23 * 19 + 1 = 438")  # fmt: skip
-    namespace: dict[str, Any] = {"__name__": "readme"}
+    namespace: dict[str, Any] = {"__name__": "deploy_page"}
     for number, body in enumerate(blocks, 1):
-        assert README_URL in body
-        exec(compile(body.replace(README_URL, server.url), f"README.md Deploy block {number}", "exec"), namespace)
+        assert DEPLOY_PAGE_URL in body
+        exec(compile(body.replace(DEPLOY_PAGE_URL, server.url), f"docs/deploy.md block {number}", "exec"), namespace)
 
     printed = capsys.readouterr().out
     assert "answered 23 * 19 = 437\n" in printed and "step_limit 1\n" in printed

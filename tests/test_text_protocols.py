@@ -417,10 +417,10 @@ def test_a_bare_value_runs_end_to_end_with_the_seeds_capitalised_tool_name():
 # one list of names ----------------------------------------------------------------------------------------
 
 
-def test_the_readme_lists_every_protocol_in_the_cli_usage_and_the_protocols_section():
-    from tests.test_readme import README
+def test_the_docs_list_every_protocol_in_the_cli_usage_and_the_protocols_page():
+    from tests.test_readme import page
 
-    (usage,) = re.findall(r"\[--protocol ([\w|]+)\]", README)
+    (usage,) = re.findall(r"\[--protocol ([\w|]+)\]", page("cli.md"))
     assert usage.split("|") == list(PROTOCOLS)
-    section = README.split("## Decision protocols", 1)[1].split("\n## ", 1)[0]
+    section = page("protocols.md").split("# Decision protocols", 1)[1].split("\n## ", 1)[0]
     assert re.findall(r"^- `(\w+)`", section, re.MULTILINE) == list(PROTOCOLS)
