@@ -296,7 +296,7 @@ class SimulatedModel(BaseChatModel):
                 "error": None,
             }
             return AIMessage("", invalid_tool_calls=[bad])
-        if fault == "bad_args":
+        if fault == "bad_args" and step.args:  # a call without arguments has none to get wrong
             args = dict(step.args)
             key = next(iter(args))
             if detail < 0.5:

@@ -21,6 +21,10 @@ python3 -m venv .venv
 # on every batched decode.
 export CMAKE_ARGS="${CMAKE_ARGS:-$(cat scripts/llama-cmake-args)}"
 .venv/bin/pip install -q -e '.[dev]'
+# BFCL's data and checkers run in an environment of their own, since bfcl-eval's pins clash with reinloop's:
+# seven packages without their dependencies (50 MB, seconds), made once in reinloop's cache folder
+# (reinloop_eval/bfcl/bridge.py; tests/eval/test_bfcl.py).
+.venv/bin/python -c "from reinloop_eval.bfcl import install; install()"
 .venv/bin/python -m pytest "$@"
 .venv/bin/ruff check .
 .venv/bin/mypy

@@ -1,0 +1,137 @@
+"""BFCL's tasks as the evaluation runs them: the user's request of each turn, the functions as LangChain tools
+described by JSON schema, and the ground truth as a replay plan; and the tools that record the calls a run
+executes, which the AST categories only record and the multi-turn ones run in BFCL's environments."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+from langchain_core.tools import BaseTool, StructuredTool
+
+from reinloop.tools.registry import POLICY_KEY
+from reinloop_eval.bfcl.bridge import Bfcl
+from reinloop_eval.tasks import Step
+
+__all__ = [
+    "AST_CATEGORIES",
+    "AST_RESULT",
+    "CATEGORIES",
+    "NO_RESULT",
+    "BfclTask",
+    "Category",
+    "Executed",
+    "call_text",
+    "load_tasks",
+]
+
+Category = Literal["simple_python", "multiple", "parallel", "parallel_multiple", "multi_turn_base"]
+CATEGORIES: tuple[Category, ...] = get_args(Category)
+AST_CATEGORIES: tuple[Category, ...] = CATEGORIES[:4]
+SAMPLE_SEED = "bfcl-sample"  # the sample of a category is drawn from this and the category's name, not a run's seed
+
+# What a function of an AST category answers: BFCL scores the calls made, nothing runs.
+AST_RESULT = '{"status": "done"}'
+# What a multi-turn method that returns nothing answers (mkdir, touch): BFCL shows such a call's result as
+# "None", which reinloop's default result check and the simulated model alike read as an empty result, a failed
+# call, when the call did its work.
+NO_RESULT = '{"result": null}'
+# Multi-turn methods change their environment: a repeat must run again, never be answered from a cache.
+STATEFUL_POLICY = {POLICY_KEY: {"cacheable": False, "idempotent": False}}
+
+
+@dataclass(frozen=True)
+class BfclTask:
+    """A BFCL entry: its requests (one per turn), its functions (OpenAI-style specs as BFCL converts them, their
+    names with "." written "_", beside BFCL's own names) and its ground truth, as a replay plan per turn."""
+
+    id: str
+    category: Category
+    turns: tuple[str, ...]
+    tools: tuple[dict[str, Any], ...]
+    functions: tuple[str, ...]  # BFCL's name of each tool
+    plan: tuple[tuple[Step, ...], ...]  # the calls of each turn, by tool name
+
+    @property
+    def multi_turn(self) -> bool:
+        return self.category not in AST_CATEGORIES
+
+    def function_of(self, tool: str) -> str:
+        return self.functions[[spec["name"] for spec in self.tools].index(tool)]
+
+    @classmethod
+    def from_entry(cls, entry: dict[str, Any]) -> BfclTask:
+        tools = tuple({key: spec[key] for key in ("name", "description", "parameters")} for spec in entry["tools"])
+        named = dict(zip(entry["functions"], (spec["name"] for spec in tools), strict=True))
+        plan = tuple(tuple(Step(named[call["name"]], call["args"]) for call in turn) for turn in entry["plan"])
+        turns = tuple("\n".join(messages) for messages in entry["turns"])
+        return cls(entry["id"], entry["category"], turns, tools, tuple(entry["functions"]), plan)
+
+
+def load_tasks(bfcl: Bfcl, categories: Sequence[Category], sample: int | None = None) -> list[BfclTask]:
+    """The entries of `categories`, each category's a seeded sample of `sample` of them (all with None), in
+    BFCL's order; the same sample for every run."""
+    tasks = []
+    for category in categories:
+        entries = bfcl.load(category)
+        if sample is not None and sample < len(entries):
+            chosen = set(random.Random(f"{SAMPLE_SEED}/{category}").sample(range(len(entries)), sample))
+            entries = [entry for index, entry in enumerate(entries) if index in chosen]
+        tasks += [BfclTask.from_entry(entry) for entry in entries]
+    return tasks
+
+
+@dataclass
+class Executed:
+    """The calls a run executed, turn by turn, and, for the multi-turn categories, their results: what BFCL's
+    checkers score and the recap of the earlier turns shows."""
+
+    turns: list[list[tuple[str, dict[str, Any], str]]] = field(default_factory=list)  # (function, args, result)
+
+    def record(self, function: str, args: dict[str, Any], result: str) -> None:
+        self.turns[-1].append((function, args, result))
+
+    def ast_calls(self) -> list[dict[str, Any]]:
+        return [{function: args} for turn in self.turns for function, args, _ in turn]
+
+    def multi_turn_calls(self, turns: int) -> list[list[list[str]]]:
+        """The calls of each of `turns` turns as one step of call text; a turn without calls (or not run: the
+        agent crashed before it) has no step."""
+        padded = self.turns + [[] for _ in range(turns - len(self.turns))]
+        return [[[call_text(function, args) for function, args, _ in turn]] if turn else [] for turn in padded]
+
+
+def call_text(function: str, args: dict[str, Any]) -> str:
+    """A call as Python, as BFCL executes it: `mv(source='a.txt', destination='b')`."""
+    return f"{function}({', '.join(f'{key}={value!r}' for key, value in args.items())})"
+
+
+def bfcl_tools(task: BfclTask, executed: Executed, bfcl: Bfcl, run: str) -> list[BaseTool]:
+    """`task`'s functions as tools whose arguments are described by JSON schema: each records its call in
+    `executed` as it runs; a multi-turn one runs it in the environments BFCL keeps for `run`."""
+    return [_tool(task, spec, executed, bfcl, run) for spec in task.tools]
+
+
+def _tool(task: BfclTask, spec: dict[str, Any], executed: Executed, bfcl: Bfcl, run: str) -> BaseTool:
+    function = task.function_of(spec["name"])
+
+    def record(**args: Any) -> str:
+        executed.record(function, args, AST_RESULT)
+        return AST_RESULT
+
+    def run_in_environment(**args: Any) -> str:
+        [result] = bfcl.execute(run, task.id, [call_text(function, args)])
+        result = NO_RESULT if result == "None" else result
+        executed.record(function, args, result)
+        return result
+
+    return StructuredTool.from_function(
+        func=run_in_environment if task.multi_turn else record,
+        name=spec["name"],
+        description=spec["description"],
+        args_schema=json.loads(json.dumps(spec["parameters"])),  # a copy: a tool owns its schema
+        metadata=STATEFUL_POLICY if task.multi_turn else None,
+    )
