@@ -1,20 +1,22 @@
 """Saved runs, as the `reinloop` command and its web page (`reinloop inspect`) use them: the runs database
 (`open_runs`: its checkpointer, opened or made, and the long-term memory's file beside it), the settings a
 thread saved (`saved_settings`), the agent they rebuild (`open_agent`: its model, workspace, tools, MCP servers
-and memory store) and what a run or resume of a thread is given (`RunOptions`); each opened thing closed when
-its block ends. A problem the user fixes is a `RunsError`."""
+and memory store), what a run or resume of a thread is given (`RunOptions`), and running it to its end or its
+approvals (`drive`, `continue_run`), told step by step to a `RunReport`; each opened thing closed when its block
+ends. A problem the user fixes is a `RunsError`."""
 
 from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.types import Command, Interrupt
 
 from reinloop.checkpoint import database_label, is_postgres_url, open_checkpointer
 from reinloop.config import MAX_ITERATIONS
@@ -23,18 +25,23 @@ from reinloop.text import truncate
 
 if TYPE_CHECKING:
     from langchain_core.tools import BaseTool
+    from pydantic import ValidationError
 
 __all__ = [
     "DEFAULT_APPROVALS",
     "INTERRUPTS_KEY",
     "LIMITS",
     "SETTINGS",
+    "Answer",
     "Built",
     "RunOptions",
+    "RunReport",
     "RunsDatabase",
     "RunsError",
     "check_rounds",
+    "continue_run",
     "default_db",
+    "drive",
     "mcp_tools",
     "open_agent",
     "open_runs",
@@ -42,6 +49,10 @@ __all__ = [
     "saved_settings",
     "workspace_folder",
 ]
+
+
+# What answers an approval a run stops at; None leaves the call waiting, saved.
+Answer = Callable[[Interrupt], dict[str, Any] | None]
 
 
 class RunsError(ReinloopError):
@@ -286,3 +297,76 @@ def check_rounds(text: str) -> int:
             f"not {truncate(text, 40)!r}"
         )
     return number
+
+
+class RunReport(Protocol):
+    """What `drive` tells of a run as it goes: `reinloop run` and `resume` print it, the page keeps it as a log."""
+
+    def started(self, saved: Mapping[str, Any]) -> None:
+        """The run begins from the thread's saved state `saved`."""
+
+    def step(self, node: str, values: dict[str, Any]) -> None:
+        """A node of the run wrote `values`."""
+
+    def refused(self, error: ValidationError) -> None:
+        """An approval answer the run refused (an edit failing the tool's schema): the call is asked again."""
+
+
+def drive(agent: Any, payload: Any, config: RunnableConfig, answer: Answer, report: RunReport) -> dict[str, Any]:
+    """Run `agent` from `payload` until the run ends, answering each approval it stops at with `answer`; the
+    thread's final state, or its state waiting at the approvals `answer` leaves unanswered (None)."""
+    from langgraph.errors import is_invalid_resume
+    from pydantic import ValidationError
+
+    thread = {"configurable": {"thread_id": (config.get("configurable") or {})["thread_id"]}}
+    report.started(agent.get_state(thread).values)
+    waiting: list[Interrupt] = []
+    while True:
+        try:
+            waiting = _until_stopped(agent, payload, config, report)
+        except ValidationError as exc:
+            if not (waiting and is_invalid_resume(exc)):
+                raise
+            report.refused(exc)  # the same calls wait: ask again
+        answers = {interrupt.id: answer(interrupt) for interrupt in waiting}
+        if not waiting or None in answers.values():
+            values: dict[str, Any] = agent.get_state(thread).values
+            return values
+        payload = Command(resume=answers)
+
+
+def _until_stopped(agent: Any, payload: Any, config: RunnableConfig, report: RunReport) -> list[Interrupt]:
+    """Stream the run until it ends or stops at interrupts (approvals), which it returns."""
+    waiting: list[Interrupt] = []
+    for update in agent.stream(payload, config, stream_mode="updates"):
+        for node, values in update.items():
+            if node == INTERRUPTS_KEY:
+                waiting.extend(values)
+            else:
+                report.step(node, values or {})
+    return waiting
+
+
+def continue_run(given: RunOptions, answer: Answer, report_for: Callable[[Built], RunReport]) -> dict[str, Any]:
+    """Continue the thread `given.thread` as `reinloop resume` does, and return its state once it ends or waits:
+    the agent rebuilt from the settings saved with the thread (those `given` overrides), held by this process
+    from the read of where it stopped to the end (a second resume waits at most `thread_wait_s`, then fails with
+    `ThreadBusyError` having written nothing), a fresh budget after a circuit break (`prepare_resume`), each
+    approval answered by `answer`; `report_for(built)`, called once the thread is held, says what to tell."""
+    from reinloop.resume import prepare_resume
+
+    if given.thread is None:
+        raise ValueError("continue_run needs the thread to continue")
+    thread = given.thread
+    with open_runs(given.db, must_exist=True) as db:
+        saved = saved_settings(db, thread)
+        settings = {**saved, **{k: v for k, v in given.settings().items() if v is not None}}
+        if given.preset and not given.protocol:
+            settings["protocol"] = None  # the new preset's protocol, not the one the run was saved with
+        with open_agent(settings, db, limits=given.limits, no_memory=given.no_memory) as built:
+            config = run_config(thread, built.settings)
+            with built.agent.hold(config):
+                report = report_for(built)
+                extra = given.extra_iterations
+                prepared = prepare_resume(built.agent, config, extra_iterations=extra, hint=given.hint)
+                return drive(built.agent, None, prepared, answer, report)

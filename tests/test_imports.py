@@ -176,9 +176,11 @@ def test_no_module_imports_a_private_name_from_another_part() -> None:
     assert found == []
 
 
-def test_the_inspector_reads_no_command_line() -> None:
+def test_the_inspector_reads_no_command_line_and_never_imports_the_cli() -> None:
     inspector = [name for name in MODULES if _layer(name) == "reinloop.inspect"]
     assert all("argparse" not in MODULES[name].read_text() for name in inspector)
+    # Both are layers over `reinloop.runs`: the page resumes a thread as the command does, through it.
+    assert [name for module in inspector for name in _anywhere(module) if _layer(name) == "reinloop.cli"] == []
 
 
 # What `import reinloop` loads today: a bound a new eager import breaks (issue 45 aims at about 35).

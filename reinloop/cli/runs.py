@@ -6,35 +6,32 @@ from __future__ import annotations
 import argparse
 import shlex
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from langchain_core.runnables import RunnableConfig
-from langgraph.types import Command, Interrupt
+from pydantic import ValidationError
 from rich.console import Console
 
 from reinloop.checkpoint import database_label
 from reinloop.cli import EXIT_CODES, CommandError, Interrupted, display, review
 from reinloop.runs import (
-    INTERRUPTS_KEY,
     LIMITS,
+    Answer,
     Built,
     RunOptions,
     RunsError,
+    continue_run,
+    drive,
     open_agent,
     open_runs,
     run_config,
-    saved_settings,
 )
 from reinloop.state import read_input
 from reinloop.text import counted
 
-__all__ = ["Answer", "continue_thread", "options", "resume", "run"]
-
-# What answers an approval a run stops at (`review.reviewer`); None leaves the call waiting, saved.
-Answer = Callable[[Interrupt], dict[str, Any] | None]
+__all__ = ["continue_thread", "options", "resume", "run"]
 
 # What Ctrl-C reports of the thread, read back from the runs database once the run has stopped.
 NOTHING_SAVED_TEMPLATE = "interrupted: nothing was saved; thread {thread} has no checkpoint (run the task again)"
@@ -65,7 +62,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
             if not args.quiet:
                 display.run_header(console, thread, built.settings["model"], db.location)
             answer = review.reviewer(console, thread, yes=args.yes)
-            final = _stream(built, task_input, config, console, args.quiet, answer)
+            final = drive(
+                built.agent, task_input, config, answer, _Printed(console, args.quiet, built.config.max_iterations)
+            )
         return _finish(final, watch, console, args.quiet)
 
 
@@ -77,33 +76,19 @@ def resume(args: argparse.Namespace, console: Console) -> int:
 
 
 def continue_thread(given: RunOptions, console: Console, answer: Answer, watch: _Watch | None = None) -> dict[str, Any]:
-    """Continue the thread `given.thread` as `reinloop resume` does, printing its steps on `console`, and return
-    its state once it ends or waits: the agent rebuilt from the settings saved with the thread (those `given`
-    overrides), a fresh budget after a circuit break (`prepare_resume`), each approval it stops at answered by
-    `answer` (None leaves the call waiting, saved). `reinloop inspect --allow-actions` runs it for the page's
-    resume and approval buttons."""
-    from reinloop.resume import prepare_resume
-
+    """Continue the thread `given.thread` as `reinloop resume` does (`reinloop.runs.continue_run`), printing its
+    steps on `console`."""
     if given.thread is None:
         raise ValueError("continue_thread needs the thread to continue")
     thread = given.thread
-    with open_runs(given.db, must_exist=True) as db:
-        saved = saved_settings(db, thread)
-        settings = {**saved, **{k: v for k, v in given.settings().items() if v is not None}}
-        if given.preset and not given.protocol:
-            settings["protocol"] = None  # the new preset's protocol, not the one the run was saved with
-        with open_agent(settings, db, limits=given.limits, no_memory=given.no_memory) as built:
-            config = run_config(thread, built.settings)
-            # Held from the read of where the thread stopped to the end of the run: a second resume of it waits
-            # at most thread_wait_s, then fails with ThreadBusyError, having written nothing.
-            with built.agent.hold(config):
-                if not given.quiet:
-                    display.resume_header(console, thread, built.settings["model"])
-                (watch or _Watch(thread, given.db)).begin(built.agent)
-                extra = given.extra_iterations
-                prepared = prepare_resume(built.agent, config, extra_iterations=extra, hint=given.hint)
-                final: dict[str, Any] = _stream(built, None, prepared, console, given.quiet, answer)
-                return final
+
+    def printed(built: Built) -> _Printed:
+        if not given.quiet:
+            display.resume_header(console, thread, built.settings["model"])
+        (watch or _Watch(thread, given.db)).begin(built.agent)
+        return _Printed(console, given.quiet, built.config.max_iterations)
+
+    return continue_run(given, answer, printed)
 
 
 def options(args: argparse.Namespace) -> RunOptions:
@@ -127,39 +112,22 @@ def options(args: argparse.Namespace) -> RunOptions:
     )
 
 
-def _stream(built: Built, payload: Any, config: RunnableConfig, console: Console, quiet: bool, answer: Answer) -> Any:
-    """Run until the run ends, answering each approval it stops at with `answer`; the thread's final state, or
-    its state waiting at the approvals `answer` leaves unanswered (None)."""
-    from langgraph.errors import is_invalid_resume
-    from pydantic import ValidationError
+class _Printed:
+    """A run's steps printed as they come (`reinloop.runs.RunReport`)."""
 
-    agent, thread = built.agent, (config.get("configurable") or {})["thread_id"]
-    saved = agent.get_state({"configurable": {"thread_id": thread}}).values
-    printer = display.StepPrinter(console, quiet, saved, built.config.max_iterations)
-    waiting: list[Interrupt] = []
-    while True:
-        try:
-            waiting = _until_stopped(agent, payload, config, printer)
-        except ValidationError as exc:
-            if not (waiting and is_invalid_resume(exc)):
-                raise
-            review.invalid_answer(console, exc)  # the same calls wait: ask again
-        answers = {interrupt.id: answer(interrupt) for interrupt in waiting}
-        if not waiting or None in answers.values():
-            return agent.get_state({"configurable": {"thread_id": thread}}).values
-        payload = Command(resume=answers)
+    def __init__(self, console: Console, quiet: bool, max_iterations: int) -> None:
+        self.console, self.quiet, self.max_iterations = console, quiet, max_iterations
+        self.printer: display.StepPrinter | None = None
 
+    def started(self, saved: Mapping[str, Any]) -> None:
+        self.printer = display.StepPrinter(self.console, self.quiet, saved, self.max_iterations)
 
-def _until_stopped(agent: Any, payload: Any, config: RunnableConfig, printer: display.StepPrinter) -> list[Interrupt]:
-    """Stream the run until it ends or stops at interrupts (approvals), which it returns."""
-    waiting: list[Interrupt] = []
-    for update in agent.stream(payload, config, stream_mode="updates"):
-        for node, values in update.items():
-            if node == INTERRUPTS_KEY:
-                waiting.extend(values)
-            else:
-                printer.update(node, values or {})
-    return waiting
+    def step(self, node: str, values: dict[str, Any]) -> None:
+        if self.printer is not None:
+            self.printer.update(node, values)
+
+    def refused(self, error: ValidationError) -> None:
+        review.invalid_answer(self.console, error)
 
 
 def _finish(values: dict[str, Any], watch: _Watch, console: Console, quiet: bool) -> int:

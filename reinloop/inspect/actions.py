@@ -1,9 +1,8 @@
 """What `reinloop inspect --allow-actions` does for the page's buttons: resume a thread after a break (extra
-iterations and a hint), or answer a call waiting for approval (approve, edit, reject). Each runs the code of
-`reinloop resume` (`reinloop.cli.runs.continue_thread`, the agent rebuilt from the thread's saved settings,
-`reinloop.runs`)
-in a background thread, one at a time per thread; the page follows it through its live updates. A thread
-another process is running, or one whose model the page does not know, is refused before any job starts.
+iterations and a hint), or answer a call waiting for approval (approve, edit, reject). Each runs as `reinloop
+resume` does (`reinloop.runs.continue_run`: the agent rebuilt from the thread's saved settings) in a
+background thread, one at a time per thread; the page follows it through its live updates. A thread another
+process is running, or one whose model the page does not know, is refused before any job starts.
 """
 
 from __future__ import annotations
@@ -18,10 +17,12 @@ from typing import Any, Literal
 from langgraph.types import Interrupt
 
 from reinloop.runs import RunOptions, RunsError, open_runs, saved_settings
+from reinloop.text import truncate
 
 __all__ = ["ANSWER_ACTIONS", "BUSY_TEMPLATE", "NO_MODEL_TEMPLATE", "ActionError", "Job", "Jobs", "answer_from_form"]
 
 ANSWER_ACTIONS = ("approve", "edit", "reject")
+LOG_LINE_CHARS = 200  # one message of a job's log is cut to this
 NO_MODEL_TEMPLATE = (
     "thread {thread!r} was not started by the reinloop command (it was run from Python), so this page does not "
     "know its model and cannot resume it. Start the page with the model to resume such threads with: reinloop "
@@ -51,7 +52,7 @@ class Job:
     what: str  # "resume" or "approval"
     state: Literal["running", "done", "failed", "busy"] = "running"  # busy: another process runs the thread
     message: str = ""  # how it ended: its finish reason, "waiting for approval", or the error
-    output: io.StringIO = field(default_factory=io.StringIO)  # the steps, as `reinloop resume` prints them
+    output: io.StringIO = field(default_factory=io.StringIO)  # the steps, one line each
 
     @property
     def log(self) -> str:
@@ -130,13 +131,31 @@ class Jobs:
         return {} if settings["model"] or settings["base_url"] else {"model": self.model, "base_url": self.base_url}
 
 
+class _Log:
+    """A job's steps, one line each, as the page shows them (`reinloop.runs.RunReport`)."""
+
+    def __init__(self, output: io.StringIO) -> None:
+        self.output = output
+
+    def started(self, saved: Mapping[str, Any]) -> None:
+        self.output.write(f"resumed at round {saved.get('iteration', 0)}\n")
+
+    def step(self, node: str, values: dict[str, Any]) -> None:
+        for message in values.get("messages") or []:
+            text = " ".join(str(getattr(message, "text", "") or "").split())
+            calls = ", ".join(call["name"] for call in getattr(message, "tool_calls", None) or [])
+            said = truncate(text, LOG_LINE_CHARS) + (f" [calls {calls}]" if calls else "")
+            self.output.write(f"{node}: {said}\n")
+        if "iteration" in values and node == "check_finish":
+            self.output.write(f"  round {values['iteration']} done\n")
+
+    def refused(self, error: Exception) -> None:
+        self.output.write(f"  answer not accepted: {' '.join(str(error).split())}\n")
+
+
 def _run(job: Job, args: RunOptions, answers: dict[str, dict[str, Any]]) -> None:
-    from rich.console import Console
-
-    from reinloop.cli.runs import continue_thread
     from reinloop.errors import ReinloopError, ThreadBusyError
-
-    console = Console(file=job.output, width=120, highlight=False, color_system=None)
+    from reinloop.runs import continue_run
 
     def answer(waiting: Interrupt) -> dict[str, Any] | None:
         # Each answer is sent once: an answer the run refuses (an edit failing the tool's schema) leaves the
@@ -144,7 +163,7 @@ def _run(job: Job, args: RunOptions, answers: dict[str, dict[str, Any]]) -> None
         return answers.pop(str(waiting.id), None)
 
     try:
-        final = continue_thread(args, console, answer)
+        final = continue_run(args, answer, lambda built: _Log(job.output))
     except ThreadBusyError as exc:  # another process took the thread after the page looked
         job.state, job.message = "busy", BUSY_TEMPLATE.format(error=exc)
     except ReinloopError as exc:
