@@ -20,7 +20,7 @@ __all__ = [
     "AST_CATEGORIES",
     "AST_RESULT",
     "CATEGORIES",
-    "NO_RESULT",
+    "SHOWN_EMPTY",
     "BfclTask",
     "Category",
     "Executed",
@@ -35,10 +35,10 @@ SAMPLE_SEED = "bfcl-sample"  # the sample of a category is drawn from this and t
 
 # What a function of an AST category answers: BFCL scores the calls made, nothing runs.
 AST_RESULT = '{"status": "done"}'
-# What a multi-turn method that returns nothing answers (mkdir, touch): BFCL shows such a call's result as
-# "None", which reinloop's default result check and the simulated model alike read as an empty result, a failed
-# call, when the call did its work.
-NO_RESULT = '{"result": null}'
+# How a multi-turn call's empty result is shown: BFCL shows a method that returns nothing (mkdir, touch, echo) as
+# "None" and cd(folder='..') as "{}", which reinloop's default result check and the simulated model alike read as
+# an empty result, a failed call, when the call did its work.
+SHOWN_EMPTY = {"None": '{"result": null}', "{}": '{"result": {}}', "[]": '{"result": []}', "": '{"result": ""}'}
 # Multi-turn methods change their environment: a repeat must run again, never be answered from a cache.
 STATEFUL_POLICY = {POLICY_KEY: {"cacheable": False, "idempotent": False}}
 
@@ -124,7 +124,7 @@ def _tool(task: BfclTask, spec: dict[str, Any], executed: Executed, bfcl: Bfcl, 
 
     def run_in_environment(**args: Any) -> str:
         [result] = bfcl.execute(run, task.id, [call_text(function, args)])
-        result = NO_RESULT if result == "None" else result
+        result = SHOWN_EMPTY.get(result, result)
         executed.record(function, args, result)
         return result
 

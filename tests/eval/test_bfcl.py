@@ -23,7 +23,7 @@ from reinloop_eval.bfcl import (
 )
 from reinloop_eval.bfcl.report import ALL
 from reinloop_eval.bfcl.run import RECAP, turn_prompt
-from reinloop_eval.bfcl.tasks import NO_RESULT, Executed, call_text
+from reinloop_eval.bfcl.tasks import SHOWN_EMPTY, Executed, call_text
 
 SAMPLE = 2  # tasks per category
 
@@ -127,7 +127,14 @@ def test_a_multi_turn_call_runs_in_bfcls_environment_and_a_later_turn_recaps_the
     assert 'You called cd(folder=\'docs\'): {"current_working_directory": "docs"}' in prompt
     assert "You answered: Moved to docs." in prompt
     assert turn_prompt(task, 0, Executed(), []) == task.turns[0]
-    assert json.dumps({"result": None}) == NO_RESULT
+    assert all(json.loads(shown)["result"] in (None, {}, [], "") for shown in SHOWN_EMPTY.values())
+
+
+def test_a_call_bfcl_answers_with_nothing_is_shown_as_a_result_and_the_replay_goes_on(bfcl):
+    # multi_turn_base_0 runs mkdir (BFCL's result: "None") and cd(folder='..') ("{}"), which would read as failed.
+    [task] = [task for task in load_tasks(bfcl, ["multi_turn_base"]) if task.id == "multi_turn_base_0"]
+    record = run_task("reinloop", task, 0, bfcl)
+    assert record.success and record.finishes == ["answered"] * len(task.turns)
 
 
 def test_under_faults_every_run_ends_with_a_verdict(bfcl, sample, tmp_path):
