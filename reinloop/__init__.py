@@ -1,7 +1,7 @@
 """reinloop: a tool-using LLM agent as an explicit LangGraph state machine, with guard rails.
 
-`import reinloop` loads what building and running an agent needs; the presets and the seeds' toolset load when
-first named."""
+`import reinloop` loads what building and running an agent needs; drawing, pruning, the presets and the seeds'
+toolset load when first named."""
 
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 import reinloop._langgraph  # noqa: F401  # isort: skip
 from reinloop.checkpoint import open_checkpointer, sqlite_checkpointer
 from reinloop.config import AgentConfig
-from reinloop.draw import draw  # eager, as prune: loaded later, the module would take the function's name here
 from reinloop.errors import (
     CheckpointError,
     ConfigurationError,
@@ -24,20 +23,28 @@ from reinloop.errors import (
 from reinloop.graph import build_agent
 from reinloop.guards import Guard, ToolCircuit, disable
 from reinloop.protocols import DecisionProtocol, JsonProtocol, ToolCallingProtocol
-from reinloop.prune import Mark, PruneReport, mark, marks, prune, unmark
 from reinloop.resume import prepare_resume, resume
 from reinloop.state import FINISH_REASONS, AgentInput, AgentState, FinishReason
 from reinloop.tools import ToolRegistry, accept_any, idempotency_key, reject_empty
 
 if TYPE_CHECKING:
+    from reinloop.drawing import draw
     from reinloop.presets import PRESETS, preset
+    from reinloop.pruning import Mark, PruneReport, mark, marks, prune, unmark
     from reinloop.tools.toolset import default_toolset
 
 # Loaded when first named (`__getattr__`).
 _LATER = {
+    "Mark": "reinloop.pruning",
     "PRESETS": "reinloop.presets",
+    "PruneReport": "reinloop.pruning",
     "default_toolset": "reinloop.tools.toolset",
+    "draw": "reinloop.drawing",
+    "mark": "reinloop.pruning",
+    "marks": "reinloop.pruning",
     "preset": "reinloop.presets",
+    "prune": "reinloop.pruning",
+    "unmark": "reinloop.pruning",
 }
 
 __all__ = [

@@ -27,7 +27,7 @@ from reinloop.nodes.circuit_break import EXPLANATION_KEY
 from reinloop.text import counted
 
 if TYPE_CHECKING:
-    from reinloop.prune import PruneReport
+    from reinloop.pruning import PruneReport
     from reinloop_eval.benchmark import Benchmark
     from reinloop_eval.grid import Grid
 

@@ -28,6 +28,8 @@ def evaluate(args: argparse.Namespace, console: Console) -> int:
         raise CommandError(
             "--presets runs the simulated model on one profile: leave out --model, --base-url, --local and --grid"
         )
+    if args.costly and _real_model(args):
+        raise CommandError("--costly runs the simulated model: leave out --model, --base-url and --local")
     if args.grid:
         return _grid(args, profile, console)
     with _progress_bar(console) as advance:
@@ -68,6 +70,7 @@ def _real_model(args: argparse.Namespace) -> bool:
 def _fault_profile(args: argparse.Namespace) -> Any:
     """The simulated model's faults from the command line, checked."""
     from reinloop_eval import SUITE, FaultProfile
+    from reinloop_eval.faults import costly_profile
     from reinloop_eval.simulated import EXTRA_FAULTS
 
     names = ["fault_rate", "tool_fault_rate", "correct_rate", "runaway_rate", "stubborn_rate"]
@@ -79,7 +82,8 @@ def _fault_profile(args: argparse.Namespace) -> Any:
     if args.runaway_rounds is not None and args.runaway_rounds < 1:
         raise CommandError("--runaway-rounds must be at least 1")
     rates = {name: getattr(args, name) for name in names}
-    return FaultProfile(**rates, latency_s=args.latency, runaway_rounds=args.runaway_rounds)
+    profile = FaultProfile(**rates, latency_s=args.latency, runaway_rounds=args.runaway_rounds)
+    return costly_profile(profile) if args.costly else profile
 
 
 def _check_rates(option: str, rates: list[float]) -> None:

@@ -52,7 +52,7 @@ def _source(tool: BaseTool) -> str:
 
 def history(args: argparse.Namespace, console: Console) -> int:
     from reinloop.graph import agent_topology
-    from reinloop.prune import marks
+    from reinloop.pruning import marks
 
     with open_runs(args.db, must_exist=True) as db:
         config: RunnableConfig = {"configurable": {"thread_id": args.thread}}
@@ -96,7 +96,7 @@ def graph(args: argparse.Namespace, console: Console) -> int:
 
 
 def prune(args: argparse.Namespace, console: Console) -> int:
-    from reinloop.prune import prune as prune_database
+    from reinloop.pruning import prune as prune_database
 
     if args.keep < 1:
         raise CommandError("--keep must be at least 1: the latest checkpoint is what resumes a thread")
@@ -119,8 +119,8 @@ def prune(args: argparse.Namespace, console: Console) -> int:
 
 
 def mark(args: argparse.Namespace, console: Console) -> int:
-    from reinloop.prune import mark as mark_checkpoint
-    from reinloop.prune import unmark
+    from reinloop.pruning import mark as mark_checkpoint
+    from reinloop.pruning import unmark
 
     if args.remove and args.checkpoint is None:
         raise CommandError("--remove needs the marked checkpoint: give it with --checkpoint")

@@ -165,6 +165,12 @@ def _eval_options(evaluation: argparse.ArgumentParser) -> None:
     evaluation.add_argument(
         "--stubborn-rate", type=float, default=0.0, help="chance the model repeats a call that just succeeded"
     )
+    evaluation.add_argument(
+        "--costly",
+        action="store_true",
+        help="the costly faults of reinloop_eval/costly_faults.toml: payments, hopeless tasks, runaways at its "
+        "rate (replacing --runaway-rate), invalid arguments reaching the tools (simulated)",
+    )
     extra = {
         "wrong_args": "valid arguments with a wrong value",
         "near_repeat": "after a success, the same tool with slightly changed arguments, on and on",

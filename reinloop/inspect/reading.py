@@ -99,7 +99,7 @@ class ThreadView:
 
 def thread_page(saver: Any, page: int, size: int = PAGE_SIZE) -> ThreadPage:
     """The threads on `page` (from 1), the most recently saved first."""
-    from reinloop.prune import latest_checkpoints
+    from reinloop.pruning import latest_checkpoints
 
     latest = latest_checkpoints(saver)
     pages = max(1, -(-len(latest) // size))
@@ -200,7 +200,7 @@ def _since(topology: Any, thread: str, known: str | None, limit: int) -> tuple[l
 def view(saver: Any, thread: str, histories: Histories | None = None) -> ThreadView | None:
     """`thread` as its page shows it, its latest checkpoints read through `histories` if given; None for a
     thread the database does not have."""
-    from reinloop.draw import path_svg
+    from reinloop.drawing import path_svg
     from reinloop.graph import agent_topology
 
     topology = agent_topology(saver)

@@ -19,9 +19,9 @@ from langgraph.pregel import Pregel
 from reinloop._langgraph import DeltaChannel
 from reinloop.checkpoint import open_checkpointer
 from reinloop.errors import ConfigurationError, PruneError
-from reinloop.prune.postgres_tables import _PostgresTables
-from reinloop.prune.sqlite_tables import _SqliteTables
-from reinloop.prune.tables import Mark, _Tables
+from reinloop.pruning.postgres_tables import _PostgresTables
+from reinloop.pruning.sqlite_tables import _SqliteTables
+from reinloop.pruning.tables import Mark, _Tables
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.postgres import PostgresSaver

@@ -14,7 +14,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from reinloop._langgraph import DELTA_COUNTERS_KEY, DeltaSnapshot
 from reinloop.errors import ConfigurationError
-from reinloop.prune.tables import (
+from reinloop.pruning.tables import (
     CREATE_MARKS_SQL,
     LATEST_SQL,
     MARKS_TABLE,

@@ -14,7 +14,7 @@ databases implement, the marks table, the column checks), `sqlite_tables` and `p
 name is imported from here.
 """
 
-from reinloop.prune.pruning import PruneReport, latest_checkpoints, mark, marks, prune, unmark
-from reinloop.prune.tables import MARKS_TABLE, Mark
+from reinloop.pruning.pruning import PruneReport, latest_checkpoints, mark, marks, prune, unmark
+from reinloop.pruning.tables import MARKS_TABLE, Mark
 
 __all__ = ["MARKS_TABLE", "Mark", "PruneReport", "latest_checkpoints", "mark", "marks", "prune", "unmark"]

@@ -15,7 +15,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 
 from reinloop._langgraph import DELTA_COUNTERS_KEY, DeltaSnapshot
 from reinloop.errors import PruneError
-from reinloop.prune.tables import (
+from reinloop.pruning.tables import (
     CREATE_MARKS_SQL,
     LATEST_SQL,
     MARKS_TABLE,
