@@ -22,17 +22,19 @@ import sys
 import threading
 import time
 from functools import partial
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
-from pebble import ProcessExpired, ProcessFuture, ProcessPool
 
 from reinloop.drivers import Steps, io
 from reinloop.tools.effects import IDEMPOTENCY_KEY
 from reinloop.tools.outcomes import TIMED_OUT, ResultRules, ToolRun, _settle
 from reinloop.tools.results import describe_error
 from reinloop.tools.timeouts import WORKER_WAIT_S
+
+if TYPE_CHECKING:  # pebble loads with the first call of a process-isolated tool
+    from pebble import ProcessFuture, ProcessPool
 
 T = TypeVar("T")
 
@@ -61,6 +63,8 @@ def _in_process(
 ) -> Steps[ToolRun]:
     # pebble kills the worker once the task has run `timeout_s` (counted from when a worker took it) and
     # starts a replacement; a worker that dies is reported as ProcessExpired.
+    from pebble import ProcessExpired
+
     task = (tool, args, rules, timeout_s, config)
     schedule = partial(_schedule, task, timeout_s)
     # Off the event loop under the async driver: a cold pool starts its workers, which blocks.
@@ -135,6 +139,8 @@ os.register_at_fork(after_in_child=_forget_pool)
 
 def _worker_pool() -> ProcessPool:
     """The shared pool of warm workers, started on first use and replaced if it broke."""
+    from pebble import ProcessPool
+
     global _pool
     with _pool_lock:
         if _pool is None or not _pool.active:
