@@ -1,22 +1,31 @@
-"""The simulated faults: what they are (`FAULT_MODEL`), their rates (`FaultProfile`), and the seeded draws that
-decide them, per decision and per tool call, the same for every agent on a task at a seed."""
+"""The simulated faults: what they are (`FAULT_MODEL`, `COSTLY_FAULT_MODEL`), their rates (`FaultProfile`, and
+`COSTLY_FAULTS` read from costly_faults.toml), and the seeded draws that decide them, per decision and per tool
+call, the same for every agent on a task at a seed."""
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+import tomllib
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import NamedTuple
 
 __all__ = [
+    "COSTLY_FAULTS",
+    "COSTLY_FAULTS_FILE",
+    "COSTLY_FAULT_MODEL",
     "EXTRA_FAULTS",
     "EXTRA_FAULT_RATE",
     "FAULT_MODEL",
     "TOOL_TIMEOUT_S",
+    "CostlyFaults",
     "DecisionDraws",
     "ExtraDraws",
     "FaultProfile",
+    "costly_profile",
     "decision_draws",
     "extra_draws",
+    "lost_reply_draw",
     "tool_draws",
 ]
 
@@ -102,6 +111,10 @@ class FaultProfile:
     premature_rate: float = 0.0  # an answer before the plan is done (a wrong one)
     text_call_rate: float = 0.0  # the plan's next call written as plain text instead of a tool call
     empty_rate: float = 0.0  # an empty reply
+    # The costly faults of costly_faults.toml (`COSTLY_FAULTS`): the payments and hopeless tasks, a payment's
+    # reply lost after its effect, invalid arguments reaching the tools; `costly_profile` also sets the runaway
+    # rate. False: none of them, every run as before.
+    costly: bool = False
 
     def extra_rates(self) -> tuple[tuple[str, float], ...]:
         """The rates of the faults with draws of their own, in the order `extra_draws` tries them."""
@@ -144,3 +157,63 @@ def tool_draws(seed: int, index: int) -> tuple[float, float]:
     """The draws of tool call `index` (0, 1, ...) of a run seeded `seed`: whether it fails, and how."""
     rng = random.Random(f"{seed}/tool/{index}")
     return rng.random(), rng.random()
+
+
+COSTLY_FAULTS_FILE = Path(__file__).with_name("costly_faults.toml")
+
+
+@dataclass(frozen=True)
+class CostlyFaults:
+    """The parameters of the costly faults, as costly_faults.toml fixed them before any run (see that file)."""
+
+    runaway_rate: float  # per run: the model never answers once it knows the answer
+    non_idempotent_tools: tuple[str, ...]  # a second run of the same call is a second effect
+    lost_reply_share: float  # of such a tool's injected exceptions, those raised after its effect
+    invalid_args_reach_tools: bool  # a tool receives the arguments as the agent passes them
+
+    @classmethod
+    def read(cls, path: Path = COSTLY_FAULTS_FILE) -> CostlyFaults:
+        with path.open("rb") as file:
+            data = tomllib.load(file)
+        return cls(
+            runaway_rate=float(data["runaway"]["rate"]),
+            non_idempotent_tools=tuple(data["non_idempotent"]["tools"]),
+            lost_reply_share=float(data["non_idempotent"]["lost_reply_share"]),
+            invalid_args_reach_tools=bool(data["invalid_args"]["reach_tools"]),
+        )
+
+
+COSTLY_FAULTS = CostlyFaults.read()
+
+
+def costly_profile(profile: FaultProfile | None = None) -> FaultProfile:
+    """`profile` (the default one if None) with the costly faults on, its runaway rate the file's and its
+    runaways never ending by themselves."""
+    base = profile or FaultProfile()
+    return replace(base, costly=True, runaway_rate=COSTLY_FAULTS.runaway_rate, runaway_rounds=None)
+
+
+def lost_reply_draw(seed: int, index: int) -> float:
+    """Whether tool call `index` of a run seeded `seed`, if an injected exception hits a non-idempotent tool,
+    comes after the effect (below `lost_reply_share`): a generator of its own, so the other draws stay."""
+    return random.Random(f"{seed}/lost/{index}").random()
+
+
+COSTLY_FAULT_MODEL = f"""\
+Costly faults (`FaultProfile.costly`, parameters in reinloop_eval/costly_faults.toml, fixed before any run with
+them). Every agent gets one more tool, `send_payment`, which pays once more at each run, and the suite
+gets twelve more tasks: eight payments (four alone, four beside a calculation, a receipt file or an expense
+row) and four hopeless tasks, which no agent can do (a company and a year the data does not hold, a file that
+does not exist, a payee whose account is closed, so that the payment is always declined). The model meets them
+with the same faults as any task: after a failure it calls the same step again (or repeats the failed call), so
+on a hopeless task it never gives up by itself. Non-idempotent tools ({", ".join(COSTLY_FAULTS.non_idempotent_tools)}):
+each agent declares them as a careful user would, reinloop with `{{"reinloop": {{"idempotent": False}}}}` in the
+tool's metadata (so it is not retried in place, a timeout or lost connection of it is reported in doubt, and an
+identical call after its success is answered from the earlier result), the LangChain agents with nothing, as
+LangChain has no such declaration. Of their injected exceptions, a share of {COSTLY_FAULTS.lost_reply_share:g}
+(a draw of its own) is raised after the payment was made, a reply lost on its way back. Invalid arguments
+reach the tools: {"yes" if COSTLY_FAULTS.invalid_args_reach_tools else "no"}: a tool receives the arguments as
+the agent passes them, unvalidated (reinloop validates before any tool runs, the LangChain agents do not): a tool
+with its own schema check refuses them as a failed run, while `send_payment`, a plain function over a payments
+API, checks nothing: a missing argument fails, a mistyped one is sent on and pays what was not asked. Runaways:
+the runaway rate is {COSTLY_FAULTS.runaway_rate:g} per run, and a runaway never ends by itself."""
