@@ -1,35 +1,12 @@
 """Approvals: a person approves, edits or rejects a tool call before it runs.
 
-A tool needs approval when `build_agent(..., approve=[names])` names it, or when it says so itself
-(`ToolRegistry.add(tool, approve=True)`, or ``tool.metadata = {"reinloop": {"approve": True}}``).
-validate_args asks for each call of such a tool that is ready to run (valid, not answered from cache, within
-the budget), one LangGraph `interrupt` per call, in the order the model requested them; no call of the
-decision runs before every one of them is answered. The interrupt's value is an `ApprovalRequest`
-(LangChain's per-call `ToolApprovalRequest`, with the model's `thought`). Answer it with
-``Command(resume=answer)``, or ``Command(resume={interrupt.id: answer})``, where `answer` is one of::
-
-    {"action": "approve"}
-    {"action": "edit", "args": {...}}           # the call runs with these arguments instead
-    {"action": "reject", "reason": "..."}       # the call does not run; the model is told the reason
-
-or one of LangChain's `HumanInTheLoopMiddleware` decisions: ``{"type": "approve"}``, ``{"type": "edit",
-"edited_action": {"name": <the tool>, "args": {...}}}``, ``{"type": "reject", "message": "..."}``, or a
-``{"decisions": [decision]}`` holding exactly one of them.
-
-Each answer is read by the interrupt's `response_schema` (`answer_schema`): an answer that is not one of
-these, or an edit whose arguments fail the tool's schema (the validation the model's arguments get) or
-cannot be stored, raises a `pydantic.ValidationError` saying what is wrong, before LangGraph saves anything.
-The same interrupt is still waiting and is answered again (`langgraph.errors.is_invalid_resume` tells this
-error apart). A person's mistake is theirs to fix: it never becomes an error observation the model would
-take for its own.
-
-Why validate_args asks: LangGraph runs an interrupted node again from its start when the run is resumed, and
-validate_args only computes, so running it again is safe; and since every call of the decision is reviewed
-there, no call has run yet. The calls start in the next step, as execute_tool tasks. LangGraph marks only the
-first step of a run that continues a saved thread as resuming (`CONFIG_KEY_RESUMING`, execute_tool's crash
-check), and that step is validate_args again: an approval's resume is never taken for a crash resume, while a
-call that was in flight when its process died after its approval is in the resumed run's first step, so a
-non-idempotent one still fails closed (and no call is asked about twice).
+A tool needs approval when `build_agent(..., approve=[names])` names it or it says so itself
+(`approval_tools`). validate_args interrupts once for each such call that is ready to run, in the order the
+model requested them, with an `ApprovalRequest` as the value; no call of the decision runs before all are
+answered. An answer (ours, or a `HumanInTheLoopMiddleware` decision) is read by the interrupt's
+`response_schema` (`answer_schema`): one that is not valid raises `pydantic.ValidationError` before anything
+is saved, and the same interrupt waits to be answered again. A person's mistake is theirs to fix: it never
+becomes an error observation the model would take for its own.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """When the agent acts: the routers, and `build_agent`, which wires the nodes into the diagram.
 
-```
 START -> decide -> validate_args --ok--> execute_tool -> observe -> compress_memory -> check_finish
                       |  \\--parse error, retry left--> decide          (retry edge)
                       |--invalid / refused / cached--> observe         (error-feedback edge)
@@ -8,10 +7,6 @@ START -> decide -> validate_args --ok--> execute_tool -> observe -> compress_mem
 check_finish --continue (or reflect)--> decide
 check_finish --breaker tripped--> circuit_break -> END                 (circuit-break edge)
 check_finish --answered--> END
-```
-"reflect" is the continue edge with `reflection` set in state: when the error streak first reaches its
-limit, check_finish grants one reflection turn instead of tripping error_streak, and decide shows the model
-what failed at the end of its next prompt.
 """
 
 from __future__ import annotations

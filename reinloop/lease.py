@@ -1,20 +1,11 @@
 """One writer per thread: a run holds a lease on its thread in the checkpointer's own database.
 
-Two runs continuing one thread at once would each run every remaining step (with new call ids, so new
-idempotency keys) and fork its history. So a run takes the thread's lease before its first step and gives it
-back when it ends; a second writer gets `ThreadBusyError`, or waits for the lease if it was built to.
-
-- PostgreSQL (`PostgresSaver`, `AsyncPostgresSaver`): a session-level advisory lock, on the saver's connection
-  (or, for a pool or an async saver, on a connection of its own held for the run). The server drops it with
-  the session, so a killed process leaves none behind.
-- SQLite (`SqliteSaver`, `AsyncSqliteSaver` on a file): a row of `reinloop_leases` naming the holder process
-  (host, pid, start time). A lease whose holder no longer runs on this host is taken over.
-- Every saver, in one process: a lock per database and thread (the only lease of an `InMemorySaver`, an
-  in-memory SQLite database or a saver of another kind).
-
-A block that reads a thread and then writes it in several runs (`reinloop.resume`: read where it stopped,
-write a fresh budget, run) holds the lease across them with `hold_thread(..., shared=True)`: the runs and
-updates inside the block, in the same context, use that lease instead of taking their own.
+Two runs continuing one thread at once would each run every remaining step (with new idempotency keys) and
+fork its history, so a run takes the thread's lease before its first step and gives it back when it ends; a
+second writer gets `ThreadBusyError`, or waits if it was built to. The lease is a session-level advisory lock
+on PostgreSQL, a row of `reinloop_leases` naming the holder process on a SQLite file (taken over once that
+process no longer runs), and in one process a lock per database and thread, for every saver. A block that reads
+a thread and then writes it (`reinloop.resume`) holds one lease across its runs: `hold_thread(..., shared=True)`.
 """
 
 from __future__ import annotations

@@ -1,25 +1,11 @@
 """Presets: the agent loops of the four seed articles, as `AgentConfig`s.
 
 A preset is an `AgentConfig` whose protocol, limits, windows and guards reproduce the loop one seed article
-describes (000, 002, 003, 004: the hand-written agents reinloop grew out of), as far as reinloop's settings
-reach. It sets only the config: the model, the tools, the checkpointer and the store stay what you give
-`build_agent`. Each preset's docstring quotes the seed's numbers behind every field it sets, says where
-reinloop's mechanism differs from the seed's, which fields keep reinloop's defaults because the seed is
-silent on them, and which of reinloop's guards stay on (argument validation, the timeout and the cut of
-tool output, the token budget of each model call, summaries of what leaves the window cannot be turned off).
-
-Shared by every seed: none retries a failed tool in place (its error goes back to the model), and none has a
-reflection or re-plan turn before its error or dead-loop breaker, so every preset sets ``tool_attempts=1``,
-``error_reflection=False`` and ``max_replans=0``. A seed without an error breaker gets an `error_threshold`
-one above its iteration limit, which the streak cannot reach within the run's rounds; a seed without a
-dead-loop rule gets ``loop_window=1``, so that calls are never compared across decisions.
-
-With ``tool_attempts=1`` reinloop's default tool-run budget (`max_tool_attempts` None) is one run per round:
-it runs out with the rounds, and such a run ends as ``max_iterations``, as the seed's does.
-
-    agent = build_agent(model, tools, config=preset("seed-002"))
-
-On the command line: ``reinloop run --preset seed-002 "TASK"``, where explicit options override the preset.
+describes (000, 002, 003, 004), as far as reinloop's settings reach; the model, the tools, the checkpointer and
+the store stay what you give `build_agent`. Each preset's docstring quotes the seed's numbers behind every
+field it sets, says where reinloop's mechanism differs, which fields keep reinloop's defaults because the seed
+is silent on them, and which of reinloop's guards stay on. No seed retries a tool in place or has a reflection
+or re-plan turn, so every preset sets ``tool_attempts=1``, ``error_reflection=False`` and ``max_replans=0``.
 """
 
 from __future__ import annotations

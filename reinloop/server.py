@@ -1,25 +1,10 @@
 """The agent LangGraph Server serves: `langgraph.json` at the repository root names `make_agent`.
 
-Its model and tools come from environment settings, read once, when the server first asks for the graph:
-
-- ``REINLOOP_MODEL``: a model string (``openai:gpt-4o-mini``), a model's name at ``REINLOOP_BASE_URL``, or
-  ``local``; ``REINLOOP_BASE_URL``: an OpenAI-compatible server; ``REINLOOP_PROTOCOL``: how the model states
-  its decisions. As the `reinloop` command picks a model (`model_from_settings`): with none of them and no
-  ``OPENAI_API_KEY``, the embedded local model, whose server runs until the process exits.
-- ``REINLOOP_TOOLS``: names from `default_toolset`, comma-separated (default: all of them), working in
-  ``REINLOOP_WORKSPACE`` (default ``reinloop-workspace``); ``REINLOOP_WEATHER_URL`` adds the weather tool.
-- ``REINLOOP_MCP_CONFIG``: an MCP client config file (``{"mcpServers": {...}}``, `reinloop.tools.mcp`) whose
-  servers' tools are added to those; the servers start with the agent and run until the process exits.
-  ``REINLOOP_MCP_PREFIX=true`` names each of their tools after its server, for servers whose names clash.
-- ``REINLOOP_APPROVE``: tools whose calls wait for a person's approval (MCP tools too), comma-separated
-  (`reinloop.approvals`: the run stops with an interrupt, answered with ``Command(resume=...)`` through the SDK).
-- ``REINLOOP_PRESET``: a seed's loop (`reinloop.presets`, e.g. ``seed-002``) as the base settings, its
-  protocol unless ``REINLOOP_PROTOCOL`` names another.
-- ``REINLOOP_<FIELD>``: any `AgentConfig` field, e.g. ``REINLOOP_MAX_ITERATIONS=30`` (over the preset's).
-
-The platform provides the checkpointer and the store (long-term memory recalls only from a store with an
-index, set in langgraph.json), so the agent is built with ``checkpointer=True`` (given at run time) and no
-store.
+Its model, tools, MCP servers, approvals, preset and `AgentConfig` fields come from ``REINLOOP_*``
+environment settings (``REINLOOP_MODEL``, ``REINLOOP_TOOLS``, ``REINLOOP_MCP_CONFIG``, ``REINLOOP_APPROVE``,
+``REINLOOP_PRESET``, ``REINLOOP_<FIELD>``, ...), read once, when the server first asks for the graph; the model
+is picked as the `reinloop` command picks one (`model_from_settings`). The platform provides the checkpointer
+and the store, so the agent is built with ``checkpointer=True`` (given at run time) and no store.
 """
 
 from __future__ import annotations

@@ -1,22 +1,13 @@
-"""The `reinloop` command: run a task, resume a thread, inspect its history and state (on the terminal, or
-on a local web page with `reinloop inspect`), prune superseded checkpoints (`reinloop prune`, keeping those
-marked with `reinloop mark`), draw the graph, and run the fault-injection benchmark (`reinloop eval`).
+"""The `reinloop` command: run a task, resume a thread, inspect its history and state (on the terminal, or on a
+local web page with `reinloop inspect`), prune and mark its checkpoints, draw the graph, and run the
+evaluation (`reinloop eval`, over `reinloop_eval`). Runs are saved in a runs database (`--db` or REINLOOP_DB),
+so any run can be resumed or inspected later by its thread id. The exit code is one per finish reason (each
+guard's `exit_code`), 2 for a problem the user fixes, 75 for a thread another process is running, 130 for
+Ctrl-C, 1 for an unexpected failure.
 
-Runs are saved in a SQLite file in the user's data folder (`--db` or REINLOOP_DB to change it: a file path
-or a ``postgresql://`` URL), so any run can be resumed or inspected later by its thread id. Exit codes: one
-per finish reason, from the built-in guards (`reinloop.guards`; 0 answered, 3 max_iterations, 4 error_streak,
-5 dead_loop, 6 token_budget, 7 max_tool_attempts, 8 step_limit, 9 middleware); 2 for a usage or set-up
-problem (one line, no traceback, saved state untouched), 75 when another process is running the thread (busy:
-nothing was run or saved; try again later, or wait with --thread-wait), 130 for Ctrl-C (saying what was saved
-and how to continue), 1 for an unexpected failure. `python -m reinloop` is the same command.
-
-Calls of tools that need approval (`--approve`; by default file_write and db_insert) stop the run until the
-person at the terminal approves, edits or rejects them (`--yes` approves them all).
-
-`parser` reads the command line, `commands` does each command (`runs`, `inspection`, `browse` and
-`evaluation`, over `reinloop.runs` for the runs database and the agent), `display` prints what they return,
-`review` asks about calls that wait for approval; text from models and tools is printed as text, never
-read as rich markup.
+`parser` reads the command line, `commands` does each command (over `reinloop.runs`), `display` prints what
+they return, `review` asks about calls that wait for approval; text from models and tools is printed as text,
+never read as rich markup.
 """
 
 from __future__ import annotations

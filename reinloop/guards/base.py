@@ -1,15 +1,11 @@
 """The guard interface: three hooks, settings in the constructor, state declared with the guard.
 
-- `judge(calls, state)` (validate_args): the round's checked calls before any runs; return them, a call
-  refused with `refuse` (it does not run; the model gets the message) or given fewer `attempts`;
-- `observe(round, state)` (observe): what became of the round's calls; returns the guard's state changes;
-- `check(state)` (check_finish): `Stop(message)` ends the run, its finish reason the guard's `name`;
-  `Note(text)` lets it go on with a note for the next decision; None lets it go on.
-
-A guard whose `check` may stop a run sets `exit_code` (the `reinloop` command's status). Its keys are a
-TypedDict, `state_schema`, merged into the agent's state and saved with the thread; `initial` holds their values
-for a fresh budget (a new task, a resume after a break). Hooks read state only, so a resumed run keeps what a
-guard knows; `check` is asked again for the final message, so it depends on state alone.
+`judge(calls, state)` in validate_args (the round's checked calls, returned, refused with `refuse` or given
+fewer `attempts`), `observe(round, state)` in observe (the guard's state changes), `check(state)` in
+check_finish (`Stop(message)`, `Note(text)` or None). A guard whose `check` may stop a run sets `exit_code`;
+its keys are a TypedDict, `state_schema`, saved with the thread, and `initial` their values for a fresh
+budget. Hooks read state only, so a resumed run keeps what a guard knows; `check` is asked again for the final
+message, so it depends on state alone.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """The error streak (`error_streak`): errors since the last real tool success get one reflection turn, then end
 the run.
 
-Every error of a round counts once (a call retried in place included), and so does every reply of the round
-that could not be read (its parse retries' included); refusals of the repeat guards are not errors
-(`dead_loop` counts those). A real tool success resets the streak, an answer from cache leaves it as it is.
-When the streak first reaches `threshold`, the run goes on with a reflection turn (with
-`reflection`): the next decision is shown what failed, one line per error; `error_streak` trips when the
-errors continue after it, or at the threshold without `error_reflection`, and on every later round until a
-real tool success. A re-plan turn may replace the stop (`AgentConfig.max_replans`); it leaves the streak as
-it is. Its state: `consecutive_errors`, `streak_errors`, `reflected_at`; its settings: `threshold` and
-`reflection` (`AgentConfig.error_threshold`, `error_reflection`).
+Every error of a round counts once (a call retried in place included), and so does every unreadable reply; the
+repeat guards' refusals do not (`dead_loop` counts those). A real tool success resets the streak, an answer
+from cache leaves it. At `threshold` the run goes on with a reflection turn (with `reflection`); the guard trips
+when the errors continue after it (at the threshold without it), and on every later round until a real tool
+success. Its state: `consecutive_errors`, `streak_errors`, `reflected_at`.
 """
 
 from __future__ import annotations

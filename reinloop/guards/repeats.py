@@ -1,37 +1,11 @@
 """The repeat guards (`dead_loop`): what becomes of an identical call, given what the recent ones came to.
 
-An identical call is the same tool with the same canonical arguments (invalid arguments: as sent). The
-dead-loop horizon (`horizon`) is the last `loop_window` + max(`repeats_after_feedback`, `repeats_after_cache`)
-decisions that called tools, the current one included; `call_window` in state holds what became of each call
-of the earlier ones (observe records it), so a resumed run keeps it, and a re-plan turn does not clear it.
-Each requested call is judged in order, by the first rule that applies:
-
-1. The model was already refused for this call more than `repeats_after_feedback` times, or answered from
-   cache for it more than `repeats_after_cache` times, within the horizon: refused
-   (`repeat_after_feedback`), and `dead_loop` ends the run.
-2. Its latest outcome within the horizon is a success (it ran, or was answered from cache) and the tool is
-   cacheable: answered from cache, that is with the earlier observation and a note; it does not run.
-3. It is requested more than `max_repeats` times within the last `loop_window` decisions (the seeds'
-   dead-loop rule): refused with feedback (`repeated_call`); it does not run.
-4. Otherwise it runs, or gets its validation error.
-
-Answers from cache and refusals are the result messages of their calls; they are not tool runs (a refusal
-of rule 1 keeps the call's result known in the record, so the refusals cannot make it run again). A decision
-whose every call was answered from cache or refused brings nothing new: `stalled` counts such decisions in a
-row (a decision with any other outcome ends the count; an unreadable reply leaves it). `dead_loop` ends the
-run in a round in which rule 1 refused a call, or when more than `max_stalled` decisions in a row stalled,
-whatever order the repeated calls came in (unless a re-plan turn is granted; a repeat after it trips again).
-Its state: `call_window` and `stalled`, which its observe hook advances; its settings, the constructor's:
-`loop_window`, `max_repeats`, `loop_key`, `repeats_after_feedback`, `repeats_after_cache` and `max_stalled`
-(those of `AgentConfig`).
-
-`AgentConfig.loop_key` says what the counts of rules 1 and 3 are kept by: "call" (the default), the identical
-call as above; "tool", the tool whatever its arguments (seed 004's dead-loop rule: the same tool more than
-twice in three rounds). Keyed on the tool, rule 2 still needs the identical call (another call of the tool has
-no result to give back), but its answers from cache, like every request and refusal, count towards the tool:
-three different calculations in a row are refused at the third with the defaults, and a model that keeps
-calling a tool after it was refused or answered from cache ends the run as `dead_loop`, whatever the arguments.
-A record saved before records named their tool counts towards its call only, never towards a tool.
+`DeadLoop` judges each requested call by the rules of `RepeatCounts`: it runs, is answered from cache (with
+the earlier observation), or is refused as a repeat (`repeated_call`) or as a dead loop
+(`repeat_after_feedback`). `dead_loop` ends the run after a dead-loop refusal, or when too many decisions in
+a row brought nothing new. Its state, saved with the thread so a resumed run keeps it: `call_window` (what
+became of the calls of the last decisions) and `stalled`, which its observe hook advances; its settings:
+`loop_window`, `max_repeats`, `loop_key`, `repeats_after_feedback`, `repeats_after_cache`, `max_stalled`.
 """
 
 from __future__ import annotations
@@ -96,7 +70,25 @@ REFUSALS: frozenset[ErrorKind] = frozenset({"repeated_call", "repeat_after_feedb
 
 @dataclass
 class RepeatCounts:
-    """The rules above, over the earlier decisions of the window and the calls of this one judged so far."""
+    """What becomes of each call of a decision, over the earlier decisions of the window and the calls of this
+    one judged so far.
+
+    An identical call is the same tool with the same canonical arguments (invalid arguments: as sent). The
+    dead-loop horizon is the last `loop_window` + max(`repeats_after_feedback`, `repeats_after_cache`) decisions
+    that called tools, the current one included. Each call is judged in order, by the first rule that applies:
+
+    1. The model was already refused for this call more than `repeats_after_feedback` times, or answered from
+       cache for it more than `repeats_after_cache` times, within the horizon: refused
+       (`repeat_after_feedback`), and `dead_loop` ends the run.
+    2. Its latest outcome within the horizon is a success (it ran, or was answered from cache) and the tool is
+       cacheable: answered from cache, that is with the earlier observation and a note; it does not run.
+    3. It is requested more than `max_repeats` times within the last `loop_window` decisions (the seeds'
+       dead-loop rule): refused with feedback (`repeated_call`); it does not run.
+    4. Otherwise it runs, or gets its validation error.
+
+    Answers from cache and refusals are the result messages of their calls; they are not tool runs (a refusal
+    of rule 1 keeps the call's result known in the record, so the refusals cannot make it run again).
+    """
 
     guard: DeadLoop
     # Requests within the window, by loop key (the call's signature, or its tool: `AgentConfig.loop_key`).
@@ -168,6 +160,8 @@ class RepeatCounts:
         return name if self.guard.loop_key == "tool" else signature
 
     def _record_key(self, entry: CallRecord) -> str:
+        """What a recorded call is counted by. A record saved before records named their tool counts towards its
+        call only, never towards a tool."""
         name = entry.get("name")
         return self._key(name, entry["signature"]) if name is not None else entry["signature"]
 
@@ -199,7 +193,21 @@ def _earlier(window: list[list[CallRecord]], size: int) -> list[list[CallRecord]
 
 
 class DeadLoop(Guard):
-    """The repeat guards above, and the `dead_loop` stop."""
+    """The repeat guards (`RepeatCounts`), and the `dead_loop` stop.
+
+    A decision whose every call was answered from cache or refused brings nothing new: `stalled` counts such
+    decisions in a row (a decision with any other outcome ends the count; an unreadable reply leaves it).
+    `dead_loop` ends the run in a round in which rule 1 refused a call, or when more than `max_stalled` decisions
+    in a row stalled, whatever order the repeated calls came in (unless a re-plan turn is granted; it does not
+    clear `call_window`, so a repeat after it trips again).
+
+    `loop_key` says what the counts of rules 1 and 3 are kept by: "call" (the default), the identical call;
+    "tool", the tool whatever its arguments (seed 004's dead-loop rule: the same tool more than twice in three
+    rounds). Keyed on the tool, rule 2 still needs the identical call (another call of the tool has no result to
+    give back), but its answers from cache, like every request and refusal, count towards the tool: three
+    different calculations in a row are refused at the third with the defaults, and a model that keeps calling
+    a tool after it was refused or answered from cache ends the run as `dead_loop`, whatever the arguments.
+    """
 
     name = "dead_loop"
     exit_code = 5

@@ -1,16 +1,11 @@
 """The per-tool circuit breaker (`tool_circuit`): a tool that keeps failing is not run for a while.
 
-Each tool has a circuit, closed until `failures` calls of it in a row failed (raised, timed out or returned
-nothing usable; a call's in-place retries count once). Then it opens: calls of the tool are refused without
-running (`circuit_open`), and the model is told the tool is unavailable, for how many decisions, and to use
-another tool or answer. After `cooldown` decisions it is half-open: the first call of the tool runs as a
-trial, and its outcome closes the circuit or opens it again for twice as long. A tool whose last call failed
-gets no in-place retries until a call of it succeeds (its failure is evidently not a transient one), so a tool
-that always fails runs at most `tool_attempts` + `failures` - 1 times before its circuit opens, then once per
-trial. The guard never ends a run: refused calls are errors, which the error streak counts.
-
-Its state, saved with the thread (`reinloop show` lists it; a fresh budget keeps it: a tool that is down stays
-down across runs of the thread): `circuits`, one `Circuit` per tool that failed since its last success.
+A tool's circuit opens after `failures` calls of it in a row failed (in-place retries count once): its calls
+are refused unrun (`circuit_open`) for `cooldown` decisions, then a trial call closes it or opens it again for
+twice as long; a tool whose last call failed gets no in-place retries until one succeeds. The guard never ends
+a run: refused calls are errors, which the error streak counts. Its state, `circuits` (one `Circuit` per tool
+that failed since its last success), is saved with the thread and kept by a fresh budget: a tool that is down
+stays down across runs of the thread.
 """
 
 from __future__ import annotations

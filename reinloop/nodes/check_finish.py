@@ -3,17 +3,10 @@
 Reads `iteration`, `iterations_left`, `decision`, `replans` and what the guards read (`reinloop.guards`;
 LangGraph's `remaining_steps` among it). Writes `iteration`, `iterations_left` (left as it was when answered),
 `finish_reason` and `final_answer` (None unless answered), and for a re-plan turn `reflection` and `replans`,
-or when the run goes on what the guards' notes set (`Note`: the error streak's reflection turn).
-Outcomes: answered; else the first guard in table order that trips: dead_loop (a call the model kept
-repeating after it was answered from cache or refused was refused this round, before it ran, or too many
-decisions made no progress); error_streak (the errors continued after the reflection turn); token_budget;
-max_tool_attempts; a guard of your own; max_iterations; step_limit (the steps left under this invocation's
-recursion limit cannot hold another round and a circuit break). The stop of a guard with a `replan`
-(dead_loop, error_streak; both, when both trip) is replaced by one re-plan turn while the run's `max_replans`
-allow: the next decision is shown what kept failing (for the first of them); the guards keep what they know,
-so the stop trips again on the next round that brings no real tool success; a later guard (the budgets) may
-still end the run in the same round. Or the run goes on (`finish_reason` None). When the run ends, the
-middleware's after_agent hooks run (`reinloop.middleware`).
+or what the guards' notes set. Outcomes: answered; else the first guard in table order whose check stops the
+run (dead_loop, error_streak, token_budget, max_tool_attempts, your own, max_iterations, step_limit), a stop
+with a `replan` replaced by one re-plan turn while `max_replans` allow; else the run goes on (`finish_reason`
+None). When the run ends, the middleware's after_agent hooks run (`reinloop.middleware`).
 """
 
 from __future__ import annotations

@@ -3,23 +3,10 @@
 Reads `messages`, `pending`, `summaries`, `folds`, `usage`. Writes `messages` (removals only), and at a
 compaction `recalled` (cleared: decide recalls anew for the new note) and on a fold `summaries`, `folds`,
 `pending` (emptied), `usage`, `last_call`, plus the summary and each folded step's digest in the long-term
-store.
-Between compactions the window only grows but for rules 1 and 2, so each prompt is the previous one plus the
-new messages (up to the entry a rule removed) and a provider's prompt cache (or llama.cpp's KV cache) reuses
-it. Entries (a decision with its results, or a note) are kept or dropped whole, so a tool call never loses its
-result:
-1. LRU: an entry that repeats a newer one (the same calls with the same results, or the same note) is
-   dropped, and the newer one stays; the dropped repeat leaves no digest, since the newer copy says the same.
-2. Failures the model moved past: a decision whose every call failed, or an error note, leaves with no
-   digest once a newer entry follows it (the repeat guards keep their own record of failed calls, and a
-   reflection turn lists the errors of a streak itself). Only the newest entry, if it failed, stays. Its
-   prompt was cached up to it, so leaving costs the cache one entry.
-3. A compaction, once more than `memory_capacity` entries remain or the next prompt would exceed
-   `context_token_budget`: the oldest entries leave as one-line digests until `memory_capacity + 1 -
-   compress_every` remain (at least one, the newest), so a full window folds `compress_every` entries at
-   once; more leave while the next prompt would exceed the budget.
-4. The digests are folded into one summary by the summarizer model at once; a failing summarizer falls
-   back to the digests themselves.
+store. Entries (a decision with its results, or a note) leave whole, so a tool call never loses its result: a
+repeat of a newer entry or a failure the model moved past at once, with no digest; the oldest, at a
+compaction, as digests folded into one summary (`_compress_memory` has the rules). Between compactions the
+window only grows, so a provider's prompt cache reuses each prompt.
 """
 
 from __future__ import annotations
@@ -72,6 +59,24 @@ async def acompress_memory(
 def _compress_memory(
     state: AgentState, ctx: AgentContext, config: RunnableConfig, store: BaseStore | None
 ) -> Steps[dict[str, Any]]:
+    """The window's entries (a decision with its results, or a note), kept or dropped whole:
+
+    1. LRU: an entry that repeats a newer one (the same calls with the same results, or the same note) is
+       dropped, and the newer one stays; the dropped repeat leaves no digest, since the newer copy says the same.
+    2. Failures the model moved past: a decision whose every call failed, or an error note, leaves with no
+       digest once a newer entry follows it (the repeat guards keep their own record of failed calls, and a
+       reflection turn lists the errors of a streak itself). Only the newest entry, if it failed, stays. Its
+       prompt was cached up to it, so leaving costs the cache one entry.
+    3. A compaction, once more than `memory_capacity` entries remain or the next prompt would exceed
+       `context_token_budget`: the oldest entries leave as one-line digests until `memory_capacity + 1 -
+       compress_every` remain (at least one, the newest), so a full window folds `compress_every` entries at
+       once; more leave while the next prompt would exceed the budget.
+    4. The digests are folded into one summary by the summarizer model at once; a failing summarizer falls
+       back to the digests themselves.
+
+    Between compactions the window only grows but for rules 1 and 2, so each prompt is the previous one plus
+    the new messages (up to the entry a rule removed), and a provider's prompt cache reuses it.
+    """
     ctx = ctx.shown(state.get("tools"))  # as the decisions see it: their prompts are what a fold continues
     settings = ctx.settings
     kept, dropped = _latest_of_each(window_entries(state.get("messages", [])))

@@ -1,17 +1,12 @@
 """decide: ask the model for the next decision, within the context token budget.
 
 Reads `task`, `messages` (the window), `summaries`, `pending`, `recalled`, `reflection`, `correction`, `usage`,
-and recalls long-term memories from the store when `recalled` is unset. Writes `decision`, `correction` (cleared),
-`recalled`, `last_call`, `usage`
-and, when the reply parses, `reflection` (cleared: the reflection turn is taken) and appends the reply to
-`messages` with its thought cut to `thought_max_chars`. Outcomes: an "act" or "answer" decision, or an
-"unparsable" one whose raw text (cut to RAW_KEPT_CHARS) stays out of the window (validate_args chooses
-between a retry and error feedback); a reply an output limit cut is unparsable whatever it holds
-(`read_reply`), and its tokens count like any other's. A call whose arguments a checkpointer cannot store
-makes the reply unparsable, with an error naming the problem: nothing unstorable enters state, and all text
-from the model is cleaned of surrogates and NULs. Before the call it checks that every tool call in the
-window has its result, and cuts the prompt to the budget. A thread whose previous run
-finished starts a new run here: its per-run counters are reset.
+and recalls long-term memories from the store when `recalled` is unset. Writes `decision`, `correction`
+(cleared), `recalled`, `last_call`, `usage`, and when the reply parses `reflection` (cleared) and the reply,
+appended to `messages` with its thought cut to `thought_max_chars`. Outcomes: an "act" or "answer" decision,
+or an "unparsable" one (a reply an output limit cut, or a call a checkpointer cannot store) whose raw text,
+cut to RAW_KEPT_CHARS, stays out of the window. A thread whose previous run finished starts a new run here:
+its per-run counters are reset.
 """
 
 from __future__ import annotations

@@ -1,42 +1,12 @@
 """execute_tool: run one validated call, with a hard timeout, in-place retries and a result check.
 
 Runs once per valid call (a LangGraph `Send` task each), so every finished call is checkpointed on its own
-and a resumed thread never re-runs it. Reads the `CallCheck` it is sent. Writes one `ToolOutcome` to
-`tool_results`, with the number of attempts made, and the state keys of a tool's accepted Command (below).
-Outcomes: a result, or an error observation for an
-exception (`sys.exit()` and a crashed worker process included), a result that cannot be shown as text, a
-timeout, or an empty result (pseudo-success). Nothing else leaves the node: LangGraph control flow
-(interrupts) passes through untouched, as does an interrupt of the caller's own thread (Ctrl-C).
-
-A call that raised or timed out is run again in place, after a backoff, up to the check's `attempts` (which
-validate_args set from the tool's `retryable`, `tool_attempts` and the run's `max_tool_attempts`;
-`reinloop.tools.retry`): the model sees only the last failure, noted with how many attempts were made, and no
-model call, decision or error is counted for the retries. A tool not declared safe to repeat runs once, and
-its call that timed out or lost its connection or worker is reported in doubt (`IN_DOUBT_TEMPLATE`).
-
-What the tool produced (its result, or the message of what it raised) is cut to `observation_max_chars`
-here, where it is stored: the checkpoint holds what the model will see, never a tool's whole 10 MB. A tool
-with response_format="content_and_artifact" (every MCP tool) is called with a ToolCall, as LangGraph's
-ToolNode calls it, so that its artifact comes back; the artifact is stored with the outcome, for the call's
-ToolMessage, when a checkpointer can store it and it is at most `MAX_ARTIFACT_CHARS` as JSON.
-
-A tool may take arguments the model does not see: `ToolRuntime`, `InjectedState`, `InjectedToolCallId` and
-`InjectedStore` are filled in here, as LangGraph's ToolNode fills them (`reinloop.tools.injection`); they are
-never saved. A tool may return a `Command(update=...)`: its ToolMessage answering the call is the
-observation, and it may write the keys of the agent's own `state_schema` that `AgentState` does not have,
-which are written with the outcome; a Command that writes anything else (reinloop's counters, budgets,
-window, memory, other messages) or steers the graph (`goto`, `graph`, `resume`) is refused as a whole with
-a `tool_error` observation (`reinloop.tools.commands`).
-
-A call a person edited before it ran (`reinloop.approvals`) runs with their arguments, and its observation
-starts with a note saying so.
-
-The tool gets the call's idempotency key in its config (`reinloop.tools.idempotency_key()`), so a call
-re-run after a crash can find its earlier effect. A tool declared not idempotent is not re-run after a crash:
-a call of it that was in flight when the process died gets an "unknown_outcome" observation and a record in
-`in_doubt` (fail closed). A call whose tool stopped the run with LangGraph's `interrupt()` is run again once
-answered (`Command(resume=...)`), as LangGraph runs an interrupted task: the tool's code before its
-`interrupt()` runs twice.
+and a resumed thread never re-runs it. Reads the `CallCheck` it is sent (a person's edit included,
+`reinloop.approvals`), and fills in the tool's injected arguments (`reinloop.tools.injection`). Writes one
+`ToolOutcome` to `tool_results`, with the attempts made and its text cut to `observation_max_chars`, and the
+keys of a tool's accepted `Command` (`reinloop.tools.commands`). Outcomes: a result, or an error observation
+(an exception, a timeout, an empty or unshowable result, a refused Command, a call in doubt); only LangGraph
+control flow and an interrupt of the caller's own thread (Ctrl-C) leave the node.
 """
 
 from __future__ import annotations

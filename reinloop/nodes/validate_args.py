@@ -1,19 +1,12 @@
 """validate_args: check every requested call before anything runs.
 
-Reads `decision`, `parse_retries`, `calls_seen`, `messages` (the model's thought, for a person reviewing a
-call) and what the guards read. Writes `checks` (each with its idempotency key and the attempts it may have),
-`calls_seen`, `parse_retries`, `unreadable_replies` (once the round's reply is read or given up on),
-`correction`, and resets `tool_results`. Outcomes: a correction hint for a
-retry of an unparsable reply; exhausted retries (observe reports the parse error); a final answer or a
-middleware's stop; and for tool calls one `CallCheck` each: answered by a middleware hook (`blocked`),
-rejected as an unknown tool or invalid arguments, else ready to run with `tool_attempts` attempts if its tool
-is retryable (else one); then judged by each guard in table order
-(`reinloop.guards`): the repeat guards answer it from cache or refuse it as a repeated call or a dead loop, the
-tool's circuit refuses it while open, the run's tool-attempt budget cuts its attempts or refuses it.
-
-A call of a tool that needs approval, ready to run, then waits for a person (`reinloop.approvals`): the run
-interrupts here once per such call, in order, and the call is approved, run with the person's arguments, or
-rejected with their reason as its observation (`rejected`).
+Reads `decision`, `parse_retries`, `calls_seen`, `messages` (the thought, for a person reviewing a call) and
+what the guards read. Writes `checks` (each with its idempotency key and attempts), `calls_seen`,
+`parse_retries`, `unreadable_replies`, `correction`, and resets `tool_results`. Outcomes: a correction hint
+for a retry of an unparsable reply; exhausted retries (observe reports the parse error); a final answer or a
+middleware's stop; or one `CallCheck` per call: answered by a middleware hook (`blocked`), rejected as an
+unknown tool or invalid arguments, or ready to run, then judged by each guard in table order
+(`reinloop.guards`); a ready call of a tool that needs approval then waits for a person (`reinloop.approvals`).
 """
 
 from __future__ import annotations
@@ -90,7 +83,16 @@ def _needs_review(check: CallCheck, ctx: AgentContext) -> bool:
 
 def _reviewed(check: CallCheck, state: AgentState, ctx: AgentContext) -> CallCheck:
     """`check` as a person decides: the run waits here (a LangGraph interrupt) until they answer, and this node
-    runs again from its start with the answers so far (`reinloop.approvals`)."""
+    runs again from its start with the answers so far (`reinloop.approvals`).
+
+    Why here: LangGraph runs an interrupted node again from its start when the run is resumed, and
+    validate_args only computes, so running it again is safe; and since every call of the decision is reviewed
+    here, no call has run yet. The calls start in the next step, as execute_tool tasks. LangGraph marks only
+    the first step of a run that continues a saved thread as resuming (`CONFIG_KEY_RESUMING`, execute_tool's
+    crash check), and that step is validate_args again: an approval's resume is never taken for a crash
+    resume, while a call that was in flight when its process died after its approval is in the resumed run's
+    first step, so a non-idempotent one still fails closed (and no call is asked about twice).
+    """
     request = approval_request(check, thought_of(state.get("messages", []), check["call_id"]))
     answer = interrupt(request, response_schema=answer_schema(ctx.registry[check["name"]]))
     if answer.action == "approve":

@@ -1,21 +1,11 @@
 """Tools that return a LangGraph `Command(update=...)`: what of the update reinloop applies, and the observation.
 
-A tool may write two things, and nothing else:
-1. Its own answer: ``update["messages"]`` holding exactly one `ToolMessage` whose `tool_call_id` is the call's
-   id (a tool learns it from `ToolRuntime.tool_call_id` or `InjectedToolCallId`). Its content is the call's
-   observation: judged by the tool's result check and cut like any result. The message itself is not added:
-   reinloop writes the window, one result message per call.
-2. Keys of the agent's own `state_schema` (`build_agent(..., state_schema=...)`) that `AgentState` does not
-   have, with JSON-like values that a checkpointer can store. Parallel calls writing the same key in one
-   round need a reducer on it (``Annotated[list[str], operator.add]``), as in any LangGraph graph.
-
-`AgentState`'s own keys are reinloop's: its counters and budgets (the guards would no longer hold), its
-window, memory and outcome. A Command that writes one of them, or a key the state does not have, or another
-message, or has no answer, or steers the graph (`goto`, `graph`, `resume`), is refused as a whole: nothing of
-it is applied, and the call's observation is a `tool_error` saying why. An error observation rather than an
-exception: the tool has already run (its effects, such as store writes, are made), and raising would stop
-the run with the call unanswered, to be re-run on resume and raise again; the error counts towards the
-error streak, so a tool that keeps doing it ends the run with `error_streak`.
+A tool may write two things and nothing else: its own answer, ``update["messages"]`` holding exactly one
+`ToolMessage` for its call id, whose content is the call's observation (judged and cut like any result; the
+message itself is not added: reinloop writes the window); and keys of the agent's own `state_schema` that
+`AgentState` does not have, with values a checkpointer can store. Any other Command is refused as a whole,
+with a `tool_error` observation saying why: an error, not an exception, since the tool has already run and
+raising would leave the call unanswered, to be re-run on resume and raise again.
 """
 
 from __future__ import annotations

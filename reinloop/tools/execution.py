@@ -1,16 +1,11 @@
 """Running one tool call under a hard wall-clock timeout, in a daemon thread or in a worker process.
 
-A thread (the default) runs any tool, sync or async, and receives the run's config (callbacks). A worker
+A thread (the default) runs any tool, sync or async, and receives the run's config (callbacks); a worker
 process (opt-in per tool, `isolation="process"`) is for tools that may hold the GIL or end their process: it
-is killed at the deadline, and nothing it does reaches the agent's process but text.
-
-`run_tool` waits for the call in the caller's thread; `arun_tool` is the same logic for the event loop
-(`reinloop.drivers`): it awaits the thread or the worker without blocking the loop, and awaits an async tool
-(`is_async_tool`) on the loop itself, as a task that is cancelled and abandoned at the deadline.
-
-The modules: `outcomes` (what a call produced, `ToolRun`, and how it is judged where it ran, `ResultRules`),
-`timeouts` (the deadline of a call in a thread or on the event loop, the longest wait) and `workers` (the
-pool of worker processes). Every name is also imported from here.
+is killed at the deadline, and nothing it does reaches the agent's process but text. `run_tool` waits in the
+caller's thread; `arun_tool` awaits the thread or the worker without blocking the event loop, and an async tool
+on the loop itself, as a task cancelled and abandoned at the deadline. The modules: `outcomes` (`ToolRun`,
+`ResultRules`), `timeouts` and `workers`; every name is also imported from here.
 """
 
 from __future__ import annotations

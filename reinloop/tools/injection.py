@@ -1,24 +1,11 @@
 """LangChain's injected tool arguments inside reinloop: what a tool takes besides the model's arguments.
 
-A tool may declare arguments the model neither sees nor controls: `runtime: ToolRuntime`,
-`Annotated[..., InjectedState]` (the whole state) or `InjectedState("key")` (one key),
-`Annotated[str, InjectedToolCallId]` and `Annotated[BaseStore, InjectedStore()]`. LangChain's
-`tool_call_schema` leaves them out, and the registry builds the bound schema, the signature shown in error
-observations and the pydantic validation of validate_args from it, so the model never sees them. execute_tool
-fills them in right before the call, with the semantics of LangGraph's `ToolNode`:
-
-- `InjectedState` gets the agent's state as it was when the step began (`AgentState`, plus the keys of a
-  custom `state_schema`), or the named key of it; a key that is not set is left out when the argument has a
-  default, and is a `ConfigurationError` when it has none.
-- `InjectedToolCallId` gets the call's id (the tool is invoked with a LangChain `ToolCall`, as ToolNode does,
-  so its result reaches the result check as the `ToolMessage` LangChain wraps it in).
-- `InjectedStore` gets the graph's store (`build_agent(store=...)`); none is a `ConfigurationError`.
-- `ToolRuntime` gets LangGraph's runtime for the call: state, context, config (with the idempotency key),
-  stream writer (`stream_mode="custom"`), call id, store and the agent's tools.
-
-Values the model sent under an injected argument's name are dropped, so it cannot forge them. Injected values
-are built inside execute_tool: never saved in a checkpoint, and never echoed into an observation (a
-validation error inside the tool is described without its input values; `results.describe_error`).
+A tool may declare arguments the model neither sees nor controls: `ToolRuntime`, `InjectedState`,
+`InjectedToolCallId` and `InjectedStore`. LangChain's `tool_call_schema` leaves them out, and the registry
+builds the bound schema, the signature shown in error observations and validate_args's validation from it.
+execute_tool fills them in right before the call (`inject`), as LangGraph's `ToolNode` does. Values the model
+sent under their names are dropped, so it cannot forge them; injected values are never saved in a checkpoint
+nor echoed into an observation (`results.describe_error` describes an error without its input values).
 """
 
 from __future__ import annotations
@@ -124,7 +111,17 @@ def inject(
     """The LangChain `ToolCall` that runs `tool` with the model's `args` and its injected arguments.
 
     `config` is the config the tool will get (a node's config: LangGraph's runtime and state reader are in
-    it); `keys` are the state's keys, `tools` the agent's tools (for `ToolRuntime.tools`).
+    it); `keys` are the state's keys, `tools` the agent's tools (for `ToolRuntime.tools`). As LangGraph's
+    `ToolNode` fills them:
+
+    - `InjectedState` gets the agent's state as it was when the step began (`AgentState`, plus the keys of a
+      custom `state_schema`), or the named key of it; a key that is not set is left out when the argument has a
+      default, and is a `ConfigurationError` when it has none.
+    - `InjectedToolCallId` gets the call's id (the tool is invoked with a LangChain `ToolCall`, as ToolNode
+      does, so its result reaches the result check as the `ToolMessage` LangChain wraps it in).
+    - `InjectedStore` gets the graph's store (`build_agent(store=...)`); none is a `ConfigurationError`.
+    - `ToolRuntime` gets LangGraph's runtime for the call: state, context, config (with the idempotency key),
+      stream writer (`stream_mode="custom"`), call id, store and the agent's tools.
     """
     configurable = config.get("configurable") or {}
     runtime = configurable.get(CONFIG_KEY_RUNTIME)

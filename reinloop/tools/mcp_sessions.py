@@ -1,19 +1,11 @@
 """The MCP servers' sessions, kept open on a private event loop for the length of a `with` block
-(`MCPTools`), and the servers' tools, which call through them (`MCPTool`).
-
-Why not the adapters' tools as they are: they are async only, and each call opens a new session (for a stdio
-server, a new process) unless it is given a session, which is then bound to the event loop it was opened on;
-and an MCP session is an anyio task group, which only the task that entered it may exit. So `MCPTools` runs
-a private event loop in a daemon thread, where each session has a task of its own that opens it, loads its
-server's tools, waits until it is closed, then closes it. Each tool is an `MCPTool` that hands its call to that
-loop (`asyncio.run_coroutine_threadsafe`) and waits for it: blocking under `invoke`, from any thread, or
-without blocking under `ainvoke`, from any other event loop. Calls may overlap.
+(`MCPTools`), and the servers' tools, which call through them (`MCPTool`): blocking under `invoke`, from any
+thread, or without blocking under `ainvoke`, from any other event loop. Calls may overlap.
 
 Failures are bounded: a server that does not start is a `ConfigurationError` naming it within
 `start_timeout_s`; a call waits at most `call_timeout_s`; a server that died is started again at its next
-call (`max_restarts` times a block, after a backoff), and a call it may have run is never sent again.
-Lines of a server's stdout that are not JSON-RPC are logged once per server, without mcp's traceback.
-Closing is quiet, also when a server has died.
+call (`max_restarts` times a block, after a backoff), and a call it may have run is never sent again. Lines of
+a server's stdout that are not JSON-RPC are logged once per server; closing is quiet.
 """
 
 from __future__ import annotations
@@ -186,6 +178,13 @@ class MCPTools:
     own tools down: a call in flight raises `ConnectionError`; the next call starts the server again, after
     `restart_backoff_s` doubling from its last death, at most `max_restarts` times a block; past that, or when
     it does not start, calls raise `ConnectionRefusedError` (not sent).
+
+    Why not the adapters' tools as they are: they are async only, and each call opens a new session (for a
+    stdio server, a new process) unless it is given a session, which is then bound to the event loop it was
+    opened on; and an MCP session is an anyio task group, which only the task that entered it may exit. So
+    this class runs a private event loop in a daemon thread, where each session has a task of its own that
+    opens it, loads its server's tools, waits until it is closed, then closes it. Each tool is an `MCPTool`
+    that hands its call to that loop (`asyncio.run_coroutine_threadsafe`) and waits for it.
     """
 
     def __init__(

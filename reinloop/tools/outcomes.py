@@ -1,21 +1,12 @@
 """What one tool call produced, judged where it ran: a `ToolRun` of plain text, by the tool's `ResultRules`.
 
-Whatever happens inside a call (a result, an empty result, an exception, `sys.exit()`, a crash, a result
-without a text form, a coroutine or generator returned instead of a result, a timeout) comes back as a
-`ToolRun`: an error kind and plain text, decided where the tool ran, so the raw value never crosses a process
-boundary and nothing is re-raised in the agent. Only LangGraph control flow (`GraphBubbleUp`) and an
-interrupt of the caller's own thread pass through. The one raw value kept is a LangGraph `Command` returned
-in a thread, which execute_tool judges; a worker process reports one as an error.
-
-One rule says what is an error, whatever the tool's origin (`ResultRules`): the tool raised (a `ToolException`
-too, which LangChain would have turned into content for a tool with `handle_tool_error`: reinloop runs such a
-tool with the handling off and words the error as the tool's handler does); it returned a ToolMessage with
-status "error" (an MCP tool's error result, through langchain-mcp-adapters); or its text is an error by the
-tool's own `is_error`. Which failures another attempt may fix is decided here too (`ToolRun.transient`): a
-timeout, a crashed worker and an exception are; a ToolException (the tool's message for the model, an MCP
-server's refusal), a ToolMessage error, a lazy or unshowable result and an `is_error` text are the model's
-to fix. A tool's `retry_on` replaces that rule for the exceptions it raises. A timeout, a crashed worker
-and a lost connection (`ConnectionError`, `TimeoutError`) leave the call's effect unknown (`ToolRun.effect_unknown`).
+Whatever happens inside a call (a result, an exception, `sys.exit()`, a crash, a timeout, a result without a
+text form, a coroutine or generator returned instead of a result) comes back as a `ToolRun`: an error kind and
+plain text, so the raw value never crosses a process boundary and nothing is re-raised in the agent. Only
+LangGraph control flow (`GraphBubbleUp`) and an interrupt of the caller's own thread pass through; the one raw
+value kept is a `Command` returned in a thread, which execute_tool judges. `ResultRules` says what is an error,
+whatever the tool's origin; `ToolRun.transient` whether another attempt may fix it, and
+`ToolRun.effect_unknown` whether the call may have had its effect.
 """
 
 from __future__ import annotations
