@@ -4,7 +4,7 @@ For each runaway model a guard is for (one call a decision, as the issue's probe
 round it stops, with the decisions (model calls of decide, parse retries included), tool executions
 (retries included) and tokens spent by then; and for any model that never gets a real tool success, and for
 the whole run. The figures follow from the rules of `reinloop.guards` (the property tests in
-tests/test_bounds.py run every runaway against them): each round adds an error or a stalled decision, the
+tests/guards/test_bounds.py run every runaway against them): each round adds an error or a stalled decision, the
 error streak trips at its threshold (a round later with the reflection turn), the dead-loop rule after
 `max_stalled` stalled decisions, and each re-plan buys one round, since the guards keep what they know.
 """

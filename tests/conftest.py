@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 import uuid
@@ -10,6 +11,7 @@ from http.server import ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 import pytest
+from langchain_core.messages import ToolMessage
 from langchain_core.tools import ToolException, tool
 from langgraph.checkpoint.memory import InMemorySaver
 
@@ -17,6 +19,7 @@ from reinloop import AgentConfig, build_agent, sqlite_checkpointer
 from reinloop.context import AgentContext
 from reinloop.guards import disable
 from reinloop.protocols import get_protocol
+from reinloop.state import CallRecord
 from reinloop.testing import ScriptedChatModel
 from reinloop.tools import ToolRegistry
 from tests.openai_server import JsonHandler
@@ -159,3 +162,49 @@ def weather_server() -> Iterator[str]:
     _WeatherHandler.release.set()
     server.shutdown()
     server.server_close()
+
+
+# Nodes called with a hand-built state (tests/nodes, and the guards' tests of validate_args and check_finish) ----
+
+
+def call(name, args, call_id="c1"):
+    """A tool call as a model's reply carries it."""
+    return {"name": name, "args": args, "id": call_id, "type": "tool_call"}
+
+
+def frozen_call(node, state, *args):
+    """Call `node` and fail if it mutated its input state."""
+    before = copy.deepcopy(state)
+    update = node(state, *args)
+    assert state == before, f"{node.__name__} mutated its input state"
+    return update
+
+
+SIG = 'add{"a": 1, "b": 2}'
+
+
+def rec(outcome, result=None, signature=SIG, name=None):
+    """A call window's record of one call of `add(a=1, b=2)`, or of `signature`."""
+    record = CallRecord(signature=signature, outcome=outcome, result=result)
+    return record if name is None else {**record, "name": name}
+
+
+# End to end runs (tests/test_loop.py and the guards' tests) ----------------------------------------------------
+
+
+def tool_messages(result):
+    """The tool messages of a run's result, in order."""
+    return [m for m in result["messages"] if isinstance(m, ToolMessage)]
+
+
+def counting_tool():
+    """A `fetch` tool that records each page it was called with, and that list."""
+    runs = []
+
+    @tool
+    def fetch(page: int) -> str:
+        """Fetch one page of results."""
+        runs.append(page)
+        return f"page {page}: nothing new"
+
+    return fetch, runs

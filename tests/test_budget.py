@@ -18,7 +18,7 @@ from reinloop.budget import MEMORY_TOKENS, MIN_MEMORY_TOKENS, ContextBudget, inp
 from reinloop.models.local import INPUT_TOKENS, LocalModelServer, local_protocol
 from reinloop.testing import ScriptedChatModel, tool_call
 from tests.conftest import THREAD
-from tests.test_memory import tokens_sent
+from tests.memory.test_memory import tokens_sent
 
 RESOURCES = ("issue", "pull_request", "branch", "commit", "release", "workflow_run", "file", "repository", "label",
              "milestone")  # fmt: skip

@@ -7,8 +7,6 @@ import time
 from pathlib import Path
 
 import pytest
-from langchain_core.messages import HumanMessage
-from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
@@ -19,61 +17,6 @@ from reinloop.testing import ScriptedChatModel, tool_call
 from tests.conftest import THREAD, add, make_agent, new_thread
 
 WORKER = Path(__file__).with_name("crash_worker.py")
-
-
-def test_resume_after_max_iterations_with_a_fresh_budget_and_a_hint():
-    script = [tool_call("add", {"a": i, "b": 0}) for i in range(3)] + [tool_call("add", {"a": 9, "b": 9}), "18"]
-    agent, model = make_agent(script, max_iterations=3)
-    broken = agent.invoke({"task": "t"}, THREAD)
-    assert (broken["finish_reason"], broken["iteration"]) == ("max_iterations", 3)
-
-    result = resume(agent, THREAD, extra_iterations=2, hint="Add 9 and 9, then answer.")
-    assert (result["finish_reason"], result["final_answer"], result["iteration"]) == ("answered", "18", 5)
-    assert model.calls[3].messages[-1] == HumanMessage(
-        "Hint from the operator, who resumed this run after it stopped: Add 9 and 9, then answer.",
-        id=model.calls[3].messages[-1].id,
-    )
-
-
-def test_resume_budget_is_enforced_again():
-    agent, model = make_agent([tool_call("add", {"a": i, "b": 0}) for i in range(10)], max_iterations=2)
-    agent.invoke({"task": "t"}, THREAD)
-    result = resume(agent, THREAD, extra_iterations=3)
-    assert (result["finish_reason"], result["iteration"]) == ("max_iterations", 5)
-    assert len(model.calls) == 5
-    # without extra_iterations the agent's own max_iterations is the fresh budget
-    result = resume(agent, THREAD)
-    assert (result["finish_reason"], result["iteration"]) == ("max_iterations", 7)
-
-
-def test_resume_after_an_error_streak_clears_the_streak():
-    # two errors, the reflection turn, a third error: error_streak
-    script = [tool_call("nope")] * 3 + [tool_call("add", {"a": 1, "b": 1}), "2"]
-    agent, _ = make_agent(script, error_threshold=2, loop_window=1, max_replans=0)
-    broken = agent.invoke({"task": "t"}, THREAD)
-    assert (broken["finish_reason"], broken["reflected_at"]) == ("error_streak", 2)
-    result = resume(agent, THREAD)
-    assert (result["finish_reason"], result["consecutive_errors"]) == ("answered", 0)
-    assert (result["reflected_at"], result["streak_errors"], result["reflection"]) == (None, [], None)
-
-
-def test_resume_after_a_dead_loop_forgets_the_recent_calls():
-    runs = []
-
-    @tool
-    def fetch(page: int) -> str:
-        """Fetch one page."""
-        runs.append(page)
-        return f"page {page}"
-
-    # a run, an answer from cache, one allowed repeat after it, and the repeat that is a dead loop
-    script = [tool_call("fetch", {"page": 1})] * 4 + [tool_call("fetch", {"page": 1}), "page 1"]
-    agent, _ = make_agent(script, tools=[fetch], repeats_after_cache=1, max_replans=0)
-    assert agent.invoke({"task": "t"}, THREAD)["finish_reason"] == "dead_loop"
-    assert runs == [1]
-    result = resume(agent, THREAD, hint="Fetch it once more if you must.")
-    assert result["finish_reason"] == "answered" and result["call_window"][-1][0]["outcome"] == "ok"
-    assert runs == [1, 1]  # the cleared window neither answered it from cache nor refused it
 
 
 @pytest.mark.parametrize(

@@ -33,7 +33,7 @@ TEXT_CACHE_SIZE = 4_096
 # A text over SPLIT_CHARS is counted line by line, each line once: the memory note gains a line most rounds (it
 # is over 64 characters as soon as it holds one step), and the window's results repeat lines. Exact for the
 # encodings named here: their splitting patterns never join a newline between two non-space characters to its
-# right neighbour, so each part encodes as it does in the whole (tests/test_memory.py checks the sums against
+# right neighbour, so each part encodes as it does in the whole (tests/memory/test_memory.py checks the sums against
 # whole counts).
 SPLIT_CHARS = 64
 _SPLITS = re.compile(r"(?<=\S\n)(?=\S)")

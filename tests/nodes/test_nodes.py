@@ -1,37 +1,23 @@
 """Each node called with a hand-built state: what it returns, and that it never mutates its input."""
 
-import copy
-
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, SystemMessage, ToolMessage
 from langgraph.types import Overwrite
 
-from reinloop.guards.error_streak import REFLECTION_TEMPLATE
 from reinloop.memory.window import CACHED_RESULT_TEMPLATE
 from reinloop.nodes import check_finish, circuit_break, compress_memory, decide, execute_tool, observe, validate_args
 from reinloop.nodes.check_finish import REPLAN_TEMPLATE
-from reinloop.state import CallCheck, CallRecord, ToolOutcome, act, answer, unparsable
+from reinloop.state import CallCheck, ToolOutcome, act, answer, unparsable
 from reinloop.testing import ScriptedChatModel, cut_reply, json_action, tool_call
 from reinloop.text import truncate
 from reinloop.tools import ToolRegistry, accept_any
-from tests.conftest import THREAD, add, explode, lookup, make_context
-
-
-def call(name, args, call_id="c1"):
-    return {"name": name, "args": args, "id": call_id, "type": "tool_call"}
+from tests.conftest import THREAD, add, call, explode, frozen_call, lookup, make_context, rec
 
 
 def check(name, args, call_id="c1", error_kind=None, error=None):
     return CallCheck(
         call_id=call_id, name=name, args=args, signature=name, key=f"t/1/{call_id}", error_kind=error_kind, error=error
     )
-
-
-def frozen_call(node, state, *args):
-    before = copy.deepcopy(state)
-    update = node(state, *args)
-    assert state == before, f"{node.__name__} mutated its input state"
-    return update
 
 
 # decide -------------------------------------------------------------------------------------------------
@@ -180,108 +166,6 @@ def test_validate_args_lets_schemas_that_allow_extra_arguments_have_them():
         {"decision": act([call("search", {"query": "x", "lang": "en"})])}, make_context([search]), THREAD
     )
     assert update["checks"][0]["error_kind"] is None
-
-
-SIG = 'add{"a": 1, "b": 2}'
-
-
-def rec(outcome, result=None, signature=SIG, name=None):
-    record = CallRecord(signature=signature, outcome=outcome, result=result)
-    return record if name is None else {**record, "name": name}
-
-
-def judged(window, tools=(add, lookup, explode), calls=None, **config):
-    ctx = make_context(tools=tools, **config)
-    state = {"decision": act(calls or [call("add", {"a": 1, "b": 2})]), "call_window": window}
-    return frozen_call(validate_args, state, ctx, THREAD)["checks"]
-
-
-def test_validate_args_refuses_the_repeat_that_exceeds_max_repeats_within_the_window():
-    (checked,) = judged([[rec("failed")], [rec("failed")]], loop_window=3, max_repeats=2)
-    assert checked["error_kind"] == "repeated_call" and checked.get("cached") is None
-    assert "this call came 3 times in 3 decisions" in checked["error"]
-    # below max_repeats a failed call may run again; outside the window the old calls no longer count
-    assert judged([[rec("failed")]], loop_window=3, max_repeats=2)[0]["error_kind"] is None
-    other = rec("ok", "x", signature='lookup{"key": "x"}')
-    (checked,) = judged([[rec("failed")], [rec("failed")], [other], [other]], loop_window=3, max_repeats=2)
-    assert checked["error_kind"] is None
-
-
-def test_validate_args_answers_an_identical_call_after_a_success_from_cache():
-    (checked,) = judged([[rec("ok", "3")], [rec("failed", signature="other")]], loop_window=3)
-    assert (checked["error_kind"], checked["cached"]) == (None, "3")
-    # the latest outcome counts: a success after a failure, and a failure after a success
-    assert judged([[rec("failed")], [rec("ok", "3")]])[0]["cached"] == "3"
-    assert judged([[rec("ok", "3")], [rec("failed")]])[0].get("cached") is None
-    # beyond loop_window but within the dead-loop horizon (3 + 5 decisions): still known
-    assert judged([[rec("ok", "3")], [], [], [], []], loop_window=3)[0]["cached"] == "3"
-    # out of the horizon, or a tool that opted out: the call runs
-    no_feedback = {"repeats_after_feedback": 0, "repeats_after_cache": 0}
-    assert judged([[rec("ok", "3")], [], []], loop_window=3, **no_feedback)[0].get("cached") is None
-    registry = ToolRegistry()
-    registry.add(add, cacheable=False)
-    assert judged([[rec("ok", "3")]], tools=registry)[0] == judged([], tools=registry)[0]
-
-
-def test_validate_args_ends_a_repeat_after_more_feedback_than_allowed_as_a_dead_loop():
-    window = [[rec("ok", "3")], [rec("cached", "3")]]
-    assert judged(window, repeats_after_cache=1)[0]["cached"] == "3"  # one repeat after the feedback
-    # answers from cache and refusals are counted apart: no refusal here, so repeats_after_feedback=0 allows it
-    assert judged(window, repeats_after_cache=1, repeats_after_feedback=0)[0]["cached"] == "3"
-    (checked,) = judged(window, repeats_after_cache=0)
-    assert checked["error_kind"] == "repeat_after_feedback" and "ends the run as a dead loop" in checked["error"]
-    assert "answered from cache 1 times" in checked["error"]
-    (checked,) = judged([[rec("refused")], [rec("refused")]], repeats_after_feedback=1, repeats_after_cache=5)
-    assert checked["error_kind"] == "repeat_after_feedback" and "refused 2 times" in checked["error"]
-    # within one decision: the third identical call after a success is the second repeat after feedback
-    calls = [call("add", {"a": 1, "b": 2}, f"c{n}") for n in range(3)]
-    kinds = [(c["error_kind"], c.get("cached")) for c in judged([[rec("ok", "3")]], calls=calls, repeats_after_cache=1)]
-    assert kinds == [(None, "3"), (None, "3"), ("repeat_after_feedback", None)]
-
-
-def other_add(outcome, result=None, b=9, name="add"):
-    """A record of an add call with other arguments than SIG's."""
-    return rec(outcome, result, signature=f'add{{"a": 1, "b": {b}}}', name=name)
-
-
-def test_keyed_on_the_tool_calls_with_other_arguments_count_as_repeats():
-    window = [[other_add("ok", "10")], [other_add("failed", b=8)]]
-    (checked,) = judged(window, loop_key="tool")
-    assert checked["error_kind"] == "repeated_call"
-    assert checked["error"] == "Error: not run: 'add' was called 3 times in 3 decisions. Use another tool, or answer."
-    # keyed on the call (the default), other arguments are another call: it runs
-    assert judged(window)[0]["error_kind"] is None
-    assert judged(window, loop_key="call")[0]["error_kind"] is None
-    # calls of other tools do not count towards it
-    others = [[other_add("ok", "x", name="lookup")], [other_add("ok", "y", name="explode")]]
-    assert judged(others, loop_key="tool")[0]["error_kind"] is None
-
-
-def test_keyed_on_the_tool_an_answer_from_cache_still_needs_the_identical_call():
-    assert judged([[rec("ok", "3", name="add")]], loop_key="tool")[0]["cached"] == "3"
-    assert judged([[other_add("ok", "10")]], loop_key="tool")[0].get("cached") is None
-    # but it counts towards the tool: the cached answers of other add calls make this one a dead loop
-    window = [[other_add("cached", "10")], [other_add("cached", "11", b=7)]]
-    (checked,) = judged(window, loop_key="tool", repeats_after_cache=1, max_repeats=5)
-    assert checked["error_kind"] == "repeat_after_feedback"
-    assert "Calls of 'add' were already answered from cache 2 times" in checked["error"]
-    assert judged(window, repeats_after_cache=1, max_repeats=5)[0]["error_kind"] is None
-
-
-def test_keyed_on_the_tool_refusals_of_other_arguments_end_in_a_dead_loop():
-    window = [[other_add("refused")], [other_add("refused", b=8)]]
-    (checked,) = judged(window, loop_key="tool", repeats_after_feedback=1)
-    assert checked["error_kind"] == "repeat_after_feedback"
-    assert "Calls of 'add' were already refused 2 times" in checked["error"]
-    assert judged(window, repeats_after_feedback=1)[0]["error_kind"] is None
-
-
-def test_a_record_saved_without_its_tool_name_counts_by_its_call_only():
-    # saved before records named their tool: it counts towards its call, and towards no tool
-    assert judged([[rec("failed")], [rec("failed")]])[0]["error_kind"] == "repeated_call"
-    assert judged([[rec("failed")], [rec("failed")]], loop_key="tool")[0]["error_kind"] is None
-    # its result still answers the identical call from cache
-    assert judged([[rec("ok", "3")]], loop_key="tool")[0]["cached"] == "3"
 
 
 def test_validate_args_final_answer_has_no_checks():
@@ -537,22 +421,6 @@ def test_check_finish(state, reason):
         assert update["final_answer"] == "42"
 
 
-def test_check_finish_grants_one_reflection_turn_with_what_failed():
-    state = {"decision": act([]), "checks": [], "consecutive_errors": 3, "streak_errors": ["a(1): boom", "b(): no"]}
-    update = frozen_call(check_finish, state, make_context(error_threshold=3))
-    assert (update["finish_reason"], update["reflected_at"]) == (None, 3)
-    assert update["reflection"] == REFLECTION_TEMPLATE.format(count=3, errors="- a(1): boom\n- b(): no")
-    # once per streak: the same count again goes on without a new turn, one more error trips
-    update = check_finish({**state, "reflected_at": 3}, make_context(error_threshold=3))
-    assert (update["finish_reason"], "reflection" in update) == (None, False)
-    assert check_finish({**state, "reflected_at": 2}, make_context(max_replans=0))["finish_reason"] == "error_streak"
-    # a breaker that trips anyway wins: no reflection turn on the last round
-    update = check_finish({**state, "iterations_left": 1}, make_context())
-    assert (update["finish_reason"], "reflection" in update) == ("max_iterations", False)
-    update = check_finish(state, make_context(error_reflection=False, max_replans=0))
-    assert (update["finish_reason"], "reflection" in update) == ("error_streak", False)
-
-
 def test_check_finish_grants_a_re_plan_turn_in_place_of_an_error_streak_or_a_dead_loop_while_any_are_left():
     lines = ["a(1): boom", "b(): no"]
     window = [[{"name": "a"}]]
@@ -597,13 +465,6 @@ def test_check_finish_grants_a_re_plan_turn_in_place_of_an_error_streak_or_a_dea
     # a breaker further down the table still ends the run: no re-plan on the last round
     update = check_finish({**state, "iterations_left": 1}, make_context(error_threshold=3))
     assert (update["finish_reason"], "reflection" in update) == ("max_iterations", False)
-
-
-def test_the_reflection_turn_lists_an_error_that_came_again_once_with_its_count():
-    lines = ["a(1): boom", "b(): no", "a(1): boom"]
-    state = {"decision": act([]), "checks": [], "consecutive_errors": 3, "streak_errors": lines}
-    update = check_finish(state, make_context(error_threshold=3))
-    assert update["reflection"] == REFLECTION_TEMPLATE.format(count=3, errors="- a(1): boom (2 times)\n- b(): no")
 
 
 def test_decide_ends_the_prompt_with_the_reflection_and_clears_it_once_a_reply_parses():

@@ -15,7 +15,7 @@ from langchain_core.tools import ToolException, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
-from reinloop import AgentConfig, ConfigurationError, build_agent, resume
+from reinloop import AgentConfig, ConfigurationError, build_agent
 from reinloop.memory import TokenCounter, pairing_violations
 from reinloop.memory.summary import FOLD_REQUEST, SUMMARY_PROMPT, is_summary_request
 from reinloop.prompt import CACHE_POINT_KEY, MEMORY_HEADER, VOLATILE_KEY, fit_to_budget, prompt_tokens
@@ -135,17 +135,6 @@ def test_token_usage_is_recorded_from_the_provider_or_counted():
     assert last["prompt_tokens"] == tokens_sent(model.calls[1].messages, model.calls[1].tools)
     assert result["usage"]["model_calls"] == 2
     assert result["usage"]["total_tokens"] == 135 + last["prompt_tokens"] + last["completion_tokens"]
-
-
-def test_run_token_budget_ends_the_run_and_resume_grants_a_new_one():
-    script = [tool_call("add", {"a": i, "b": 1}) for i in range(20)] + ["done"]
-    agent, _ = make_agent(script, run_token_budget=1_200)
-    result = agent.invoke({"task": "keep adding"}, THREAD)
-    assert result["finish_reason"] == "token_budget" and result["final_answer"] is None
-    assert result["usage"]["total_tokens"] >= 1_200
-    assert "tokens after" in result["messages"][-1].content
-    resumed = resume(agent, THREAD)
-    assert resumed["finish_reason"] == "token_budget" and resumed["iteration"] > result["iteration"]
 
 
 def test_truncate_marks_what_it_cut_and_never_makes_text_longer():

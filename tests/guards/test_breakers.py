@@ -1,14 +1,19 @@
 """The guards' table: one guard per finish reason but answered, in priority order, read by check_finish,
 circuit_break and the CLI."""
 
+import itertools
+
 import pytest
 from langchain_core.messages import ToolMessage
 
+from reinloop import AgentConfig, build_agent
 from reinloop.cli import EXIT_CODES
 from reinloop.guards import DEFAULT_GUARDS
+from reinloop.memory import pairing_violations
 from reinloop.nodes import check_finish, circuit_break
 from reinloop.state import FINISH_REASONS, CallCheck, act, answer
-from tests.conftest import make_context
+from reinloop.testing import ScriptedChatModel, tool_call
+from tests.conftest import THREAD, add, explode, make_context
 
 REASONS = ["answered", *(guard.name for guard in DEFAULT_GUARDS if guard.stops)]
 
@@ -168,3 +173,31 @@ def test_circuit_break_keeps_its_explanation_apart_from_the_python_resume_advice
     explanation = "Stopped: no final answer after 4 rounds; the iteration budget is used up."
     assert message.response_metadata[EXPLANATION_KEY] == explanation  # what the reinloop command shows
     assert message.content == explanation + RESUME_ADVICE  # what a library user reads
+
+
+LOOPING_MODELS = {
+    "same-success": lambda n: tool_call("add", {"a": 1, "b": 1}),
+    "same-failure": lambda n: tool_call("explode", {"reason": "x"}),
+    "failures-and-cache": lambda n: (
+        tool_call("explode", {"reason": str(n)}) if n % 2 else tool_call("add", {"a": 1, "b": 1})
+    ),
+}
+
+
+@pytest.mark.parametrize("looping", list(LOOPING_MODELS), ids=list(LOOPING_MODELS))
+@pytest.mark.parametrize(
+    ("budget", "reason"), [({"max_iterations": 12}, "max_iterations"), ({"run_token_budget": 3_000}, "token_budget")]
+)
+def test_every_escalation_stays_within_the_iteration_and_token_budgets(looping, budget, reason):
+    # Guards that never break here (huge limits) still cannot keep a run going past its budgets.
+    rounds = itertools.count()
+    model = ScriptedChatModel(respond=lambda messages: LOOPING_MODELS[looping](next(rounds)), max_calls=40)
+    never = {"repeats_after_feedback": 1_000, "repeats_after_cache": 1_000, "error_threshold": 1_000}
+    never["max_stalled"] = 1_000
+    limits = {**never, "max_iterations": 30, **budget}
+    summarizer = ScriptedChatModel(respond=lambda messages: "earlier steps")
+    agent = build_agent(model, [add, explode], config=AgentConfig(**limits), summary_model=summarizer)
+    result = agent.invoke({"task": "t"}, THREAD)
+    assert result["finish_reason"] == reason and result["iteration"] <= limits["max_iterations"]
+    assert len(model.calls) == result["iteration"]
+    assert pairing_violations(result["messages"][:-1]) == []

@@ -223,5 +223,5 @@ def test_each_re_plan_buys_exactly_one_round():
 
 
 def test_the_readme_shows_the_worst_case_of_the_defaults():
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert AgentConfig().worst_case().table() in readme
