@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from reinloop_eval import FaultProfile, GridSpec, run_grid
-from reinloop_eval.grid import REFERENCE, markdown_grid, markdown_paired_grid
+from reinloop_eval.grid import REFERENCE, markdown_ablation_grid, markdown_grid, markdown_paired_grid
 from reinloop_eval.simulated import EXTRA_FAULT_RATE, EXTRA_FAULTS, FAULT_MODEL
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "evaluation.md"
@@ -35,7 +35,7 @@ NO_EXTRA = " ".join(f"--{fault.replace('_', '-')}-rate 0" for fault in EXTRA_FAU
 
 
 def headline(points: list[dict[str, Any]]) -> str:
-    """Per point: reinloop and the reference peer (the re-asking one), paired, and the cost per success."""
+    """Per point: reinloop and the reference peer (the fair one), paired, and the cost per success."""
     lines = [
         f"| fault / correct | reinloop | {REFERENCE} | only reinloop solved | only the peer solved "
         "| difference (95% interval) | tokens per successful run, reinloop / peer |",
@@ -77,7 +77,10 @@ def main() -> None:
             f"## {title[0].upper()}{title[1:]}\n\n```bash\n{command}\n```\n\n"
             f"reinloop and {REFERENCE}, paired over each point's 150 runs:\n\n{headline(points)}\n\n"
             f"Every agent (success over the three seeds, mean and min-max):\n\n{markdown_grid(points)}\n\n"
-            f"Every peer paired with reinloop:\n\n{markdown_paired_grid(points)}\n"
+            f"Every peer paired with reinloop:\n\n{markdown_paired_grid(points)}\n\n"
+            f"What each guard buys: full reinloop minus reinloop without it, paired over the point's 150 runs "
+            f"(success; tokens per run, where a negative difference is tokens the guard saves):\n\n"
+            f"{markdown_ablation_grid(points)}\n"
         )
     real = ""
     if args.real_model is not None:

@@ -1,34 +1,42 @@
 """The agents the evaluation compares, each as a runner of one task: the naive loop, create_agent without and
-with LangChain's middleware (and with the re-asking middleware), reinloop, and the seed presets; the budget
-they are held to, and the protocol and the tool timeout each has in the evaluation."""
+with LangChain's middleware (with the re-asking middleware, and with recovery of every unreadable reply: the
+fair peer), reinloop, reinloop with one of its guards or features taken out (the ablations), and the seed
+presets; the budget they are held to, and the protocol and the tool timeout each has in the evaluation."""
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from langchain.agents.middleware import AgentMiddleware, hook_config
+from langchain.agents.middleware import AgentMiddleware, ModelResponse, hook_config
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 
 from reinloop.config import AgentConfig, ProtocolName
+from reinloop.guards import disable
 from reinloop.presets import PRESETS, preset
 from reinloop_eval.faults import TOOL_TIMEOUT_S, FaultProfile
 from reinloop_eval.simulated import summarizer_of
 from reinloop_eval.tasks import EvalTask
 
 __all__ = [
+    "ABLATIONS",
     "AGENTS",
     "BUDGET",
+    "FAIR_PEER",
     "HARD_STOPS",
+    "PEER_AGENTS",
     "PRESET_AGENTS",
     "REASKING",
+    "REINLOOP_AGENTS",
     "Outcome",
     "ReaskAfterMalformedReply",
+    "RecoverUnreadableReply",
     "Runner",
     "protocol_of",
     "tool_timeout_of",
@@ -45,7 +53,24 @@ HARD_STOPS = ("cap", "recursion_limit")
 # How ModelCallLimitMiddleware's closing message starts when it ends a run (exit_behavior "end").
 CALL_LIMIT_TEXT = "Model call limits exceeded"
 REASKING = "create_agent + middleware + re-ask"
-AGENTS = ("naive loop", "create_agent", "create_agent + middleware", REASKING, "reinloop")
+# The fair best peer, the bar reinloop is compared with: the re-asking peer that also recovers every unreadable
+# reply, as a careful LangChain user would write it (`RecoverUnreadableReply`).
+FAIR_PEER = "create_agent + recovery"
+PEER_AGENTS = ("naive loop", "create_agent", "create_agent + middleware", REASKING, FAIR_PEER)
+# The guards that act during a run, each taken out of reinloop in turn. Not ablated alone: token_budget (the
+# evaluation sets no run_token_budget, so it never acts), and max_iterations, step_limit and middleware (the
+# budget every agent is held to, and what a run needs to end at all). "all guards" takes out the four and
+# token_budget; max_iterations stays at BUDGET, as for full reinloop.
+ABLATED_GUARDS = ("dead_loop", "error_streak", "tool_circuit", "max_tool_attempts")
+# Each ablation: its AgentConfig settings over reinloop's, and the guards it disables. Argument validation is
+# not ablated: it is a node of the loop, not a setting.
+ABLATIONS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
+    **{f"reinloop -{guard}": ({}, (guard,)) for guard in ABLATED_GUARDS},
+    "reinloop -all guards": ({}, (*ABLATED_GUARDS, "token_budget")),
+    "reinloop -parse retries": ({"max_parse_retries": 0}, ()),
+}
+REINLOOP_AGENTS = ("reinloop", *ABLATIONS)
+AGENTS = PEER_AGENTS + REINLOOP_AGENTS
 # The agents whose tools handle their own errors (`handle_tool_error=True`): a tool's exception is an error
 # observation, not a crash. The middleware agents' tools raise, so that ToolRetryMiddleware sees the exception
 # and retries (after its last retry it answers with an error observation too); the naive loop crashes, as the
@@ -134,6 +159,11 @@ def _standard_middleware(model: BaseChatModel) -> list[Any]:
     ]
 
 
+def _recovering_middleware(model: BaseChatModel) -> list[Any]:
+    """The re-asking stack with `RecoverUnreadableReply` in the re-asking middleware's place (first)."""
+    return [RecoverUnreadableReply(), *_standard_middleware(model)]
+
+
 def _reasking_middleware(model: BaseChatModel) -> list[Any]:
     """The standard middleware, and one that asks the model again after a reply holding only malformed tool
     calls (which would end create_agent's run), as reinloop's parse retry does. It comes first, so that its
@@ -181,14 +211,98 @@ def _only_malformed(message: BaseMessage | None) -> bool:
     return isinstance(message, AIMessage) and bool(message.invalid_tool_calls) and not message.tool_calls
 
 
-def _reinloop(settings: dict[str, Any], protocol: Any = None) -> Runner:
-    """reinloop with an AgentConfig of `settings` (and a custom protocol object, if given)."""
+# What the recovering middleware answers an unreadable reply with: what was wrong, and what to send instead.
+EMPTY_REPLY_NOTE = "Your reply was empty. Call one of the tools, or give your final answer."
+MALFORMED_CALL_NOTE = (
+    "Error: not run: the arguments of your call to {name!r} are not a valid JSON object{error}. Call it again "
+    "with its arguments as one JSON object."
+)
+
+
+class RecoverUnreadableReply(ReaskAfterMalformedReply):
+    """The re-asking middleware recovering every unreadable reply, as a careful LangChain user writes it: a tool
+    call written as JSON text (``{"name": ..., "arguments": {...}}``, what an open model writes when its
+    server's tool-call template fails) becomes that native call; an empty reply, or one of malformed calls, is
+    asked again with a note saying what was wrong. The same budget: `retries` re-asks per model step, then,
+    with `persist`, the reply stays with a note and the model is called again in a new step."""
+
+    def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        tools = {getattr(tool, "name", None) or tool.get("name") for tool in request.tools}
+        response = handler(request)
+        for attempt in range(self.retries + 1):
+            reply = next((m for m in reversed(response.result) if isinstance(m, AIMessage)), None)
+            if reply is None:
+                return response
+            if (call := _written_call(reply, tools, len(request.messages) + attempt)) is not None:
+                return ModelResponse(result=[call], structured_response=response.structured_response)
+            notes = _what_was_wrong(reply)
+            if not notes or attempt == self.retries:
+                return response
+            self.reasks += 1
+            response = handler(request.override(messages=[*request.messages, *notes]))
+        return response
+
+    @hook_config(can_jump_to=["model"])
+    def after_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        last = state["messages"][-1] if state["messages"] else None
+        if self.persist and isinstance(last, AIMessage) and _empty(last):
+            return {"messages": [HumanMessage(EMPTY_REPLY_NOTE)], "jump_to": "model"}
+        return super().after_model(state, runtime)
+
+
+def _written_call(reply: AIMessage, tools: set[str | None], index: int) -> AIMessage | None:
+    """`reply` as the native call its text writes as JSON (in a code fence or not), if it writes one of `tools`.
+    The call's id is drawn from the text and `index`, so that a rerun sends the same tokens."""
+    if reply.tool_calls or reply.invalid_tool_calls:
+        return None
+    text = reply.text.strip().removeprefix("```json").removeprefix("```").removesuffix("```").strip()
+    try:
+        written = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(written, dict) or written.get("name") not in tools:
+        return None
+    args = written.get("arguments", written.get("parameters", {}))
+    if not isinstance(args, dict):
+        return None
+    digest = hashlib.sha256(f"{index}/{text}".encode()).hexdigest()[:24]
+    call = {"name": written["name"], "args": args, "id": f"call_{digest}", "type": "tool_call"}
+    return reply.model_copy(update={"content": "", "tool_calls": [call]})
+
+
+def _what_was_wrong(reply: AIMessage) -> list[BaseMessage]:
+    """What to send after the unreadable `reply` to ask again: a note for an empty reply; the reply and an error
+    result for each of its malformed calls (a provider wants every call answered); nothing for another reply."""
+    if _empty(reply):
+        return [HumanMessage(EMPTY_REPLY_NOTE)]
+    if not _only_malformed(reply):
+        return []
+    notes: list[BaseMessage] = [reply]
+    for bad in reply.invalid_tool_calls:
+        error = f" ({bad['error']})" if bad.get("error") else ""
+        text = MALFORMED_CALL_NOTE.format(name=bad.get("name") or "unknown", error=error)
+        notes.append(ToolMessage(text, tool_call_id=bad.get("id") or "", status="error"))
+    return notes
+
+
+def _empty(reply: AIMessage) -> bool:
+    return not reply.tool_calls and not reply.invalid_tool_calls and not reply.text.strip()
+
+
+def _reinloop(settings: dict[str, Any], protocol: Any = None, without: Sequence[str] = ()) -> Runner:
+    """reinloop with an AgentConfig of `settings` (and a custom protocol object, if given), without the built-in
+    guards named in `without`."""
 
     def run(model: BaseChatModel, tools: Sequence[BaseTool], task: EvalTask, config: RunnableConfig) -> Outcome:
         from reinloop import AgentConfig, build_agent
 
         agent = build_agent(
-            model, list(tools), config=AgentConfig(**settings), summary_model=summarizer_of(model), protocol=protocol
+            model,
+            list(tools),
+            config=AgentConfig(**settings),
+            summary_model=summarizer_of(model),
+            protocol=protocol,
+            guards=[disable(name) for name in without],
         )
         result = agent.invoke({"task": task.prompt}, config)
         return Outcome(result["final_answer"], result["finish_reason"], result["iteration"])
@@ -200,12 +314,14 @@ def _runners(profile: FaultProfile, real: Any = None) -> dict[str, Runner]:
     # Slow calls longer than it hang until the run ends, normal ones take milliseconds (see TOOL_TIMEOUT_S). A
     # preset keeps its own limits but gets this timeout too (no seed sets one), so every row meets the same faults.
     timeout = {"tool_timeout_s": TOOL_TIMEOUT_S}
-    if real is None:
-        reinloop = _reinloop({"max_iterations": BUDGET, **timeout})
-    else:  # a real model: its protocol and limits, and real tool timeouts
-        reinloop = _reinloop(
-            {"max_iterations": BUDGET, "protocol": real.protocol, **real.config}, real.decision_protocol
-        )
+    base: dict[str, Any] = {"max_iterations": BUDGET, **timeout}
+    protocol = None
+    if real is not None:  # a real model: its protocol and limits, and real tool timeouts
+        base, protocol = {"max_iterations": BUDGET, "protocol": real.protocol, **real.config}, real.decision_protocol
+    reinloops = {
+        agent: _reinloop({**base, **settings}, protocol, without)
+        for agent, (settings, without) in {"reinloop": ({}, ()), **ABLATIONS}.items()
+    }
     presets = {
         agent: _reinloop({**_preset_of(agent).model_dump(exclude_unset=True), **timeout}) for agent in PRESET_AGENTS
     }
@@ -214,7 +330,8 @@ def _runners(profile: FaultProfile, real: Any = None) -> dict[str, Runner]:
         "create_agent": _create_agent(lambda model: []),
         "create_agent + middleware": _create_agent(_standard_middleware),
         REASKING: _create_agent(_reasking_middleware),
-        "reinloop": reinloop,
+        FAIR_PEER: _create_agent(_recovering_middleware),
+        **reinloops,
         **presets,
     }
 
@@ -225,8 +342,9 @@ def _preset_of(agent: str) -> AgentConfig:
 
 
 def tool_timeout_of(agent: str) -> float | None:
-    """The tool timeout `agent` has in the evaluation: reinloop's and the presets', None for the others."""
-    return TOOL_TIMEOUT_S if agent == "reinloop" or agent in PRESET_AGENTS else None
+    """The tool timeout `agent` has in the evaluation: reinloop's (its ablations') and the presets', None for the
+    others."""
+    return TOOL_TIMEOUT_S if agent in REINLOOP_AGENTS or agent in PRESET_AGENTS else None
 
 
 def protocol_of(agent: str) -> ProtocolName:

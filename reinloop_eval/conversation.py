@@ -1,11 +1,13 @@
 """How the simulated model reads its prompt and writes its replies: the prompt read back in the normal form
 (`read_back`), what it finds there (the outcome of its last action, its progress through the plan, whether
-the agent read a call written as text), and its replies (a call, the same action again, call ids drawn from
-the seed, a reply in a text protocol's format: `written`)."""
+the agent read a call written as text, whether the feedback names its mistake: `names_the_mistake`), and its
+replies (a call, the same action again, call ids drawn from the seed, a reply in a text protocol's format:
+`written`)."""
 
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,12 +17,21 @@ from langchain_core.messages.tool import ToolCall
 from reinloop.protocols import OBSERVATION_LABEL, DecisionProtocol, WrittenProtocol
 from reinloop.protocols.interface import new_call_id
 from reinloop.tools.registry import ToolRegistry
-from reinloop_eval.tasks import EvalTask
+from reinloop_eval.tasks import EvalTask, Step
 
-__all__ = ["Action", "read_back", "written"]
+__all__ = ["Action", "feedback", "names_the_mistake", "read_back", "written"]
 
 # What the model did at a decision that called a tool: a call, or a malformed (invalid) one.
 Action = ToolCall | InvalidToolCall
+
+# The words that name an argument's expected type, by the type of the value the plan gives it: JSON Schema's
+# name and Python's, as validators and signatures write them.
+TYPE_WORDS = {
+    str: ("string", "str"), int: ("integer", "int"), float: ("number", "float"), bool: ("boolean", "bool"),
+    list: ("array", "list"), dict: ("object", "dict"),
+}  # fmt: skip
+# What names a malformed call's mistake: the format its arguments must have.
+MALFORMED_WORDS = ("json",)
 
 
 def read_back(protocol: DecisionProtocol, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
@@ -141,3 +152,42 @@ def _again(action: Action) -> AIMessage:
     if _malformed(action):
         return AIMessage("", invalid_tool_calls=[{**action, "id": new_call_id()}])
     return _call(action["name"] or "", action["args"])  # type: ignore[arg-type]
+
+
+def feedback(messages: Sequence[BaseMessage]) -> str:
+    """What the agent answered the model's last action with: the text of the messages after the last reply that
+    called a tool (results and notes of any kind, an AI message without calls included), or, before any, after
+    the task's message (the agent's instructions before it are not feedback)."""
+    start = next((i + 1 for i, m in enumerate(messages) if isinstance(m, HumanMessage)), 0)
+    for index in range(len(messages) - 1, start - 1, -1):
+        message = messages[index]
+        if isinstance(message, AIMessage) and (message.tool_calls or message.invalid_tool_calls):
+            start = index + 1
+            break
+    return "\n".join(message.text for message in messages[start:])
+
+
+def names_the_mistake(failed: Action, step: Step | None, text: str) -> bool | None:
+    """Whether `text` (the feedback) names what was wrong with the failed action `failed`, meant as the plan's
+    `step`: for a malformed call, the arguments' format (JSON); for an unknown tool, the right one among the
+    allowed values; for a missing argument, the field; for a mistyped one, its expected type. None: nothing
+    of it was the model's to fix (the plan's own call, which a tool fault failed) or no step to compare with."""
+    if _malformed(failed):
+        return _mentions(text, MALFORMED_WORDS)
+    if step is None:
+        return None
+    if failed["name"] != step.tool:
+        return _mentions(text, (step.tool,))
+    args = failed["args"] if isinstance(failed["args"], dict) else {}
+    missing = [key for key in step.args if key not in args]
+    if missing:
+        return _mentions(text, missing)
+    mistyped = [key for key, value in step.args.items() if type(args[key]) is not type(value)]
+    if mistyped:
+        return any(_mentions(text, TYPE_WORDS.get(type(step.args[key]), ())) for key in mistyped)
+    return None
+
+
+def _mentions(text: str, words: Sequence[str]) -> bool:
+    """Whether `text` holds one of `words` as a word of its own (`calculator_tool` does not hold `calculator`)."""
+    return any(re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", text, re.IGNORECASE) for word in words)

@@ -38,7 +38,13 @@ answer. Recovery: the model reacts to the outcome of its own last action, whatev
 action: a call whose observation failed (an error or an empty result), or a malformed reply (which fails
 whatever answers it, and also when the agent drops it and asks again). After a failure it corrects itself
 with probability `correct_rate`, else it repeats the failed action (the same call, or the same malformed
-one). Tool faults: each tool call, with probability `tool_fault_rate`, raises an exception, does its
+one). A fix is less likely when the feedback does not say what was wrong: after a mistake the feedback could
+name (malformed arguments: that they must be JSON; an unknown tool: the right tool's name, as one of the
+allowed values; a missing argument: its field; a mistyped one: its expected type, as JSON Schema or Python
+names it), the chance is `correct_rate` if the feedback (what the agent sent after the model's last reply,
+results and notes alike) names it, and `correct_rate` x `unnamed_fix_factor` (0.5: half) if it does not;
+the same rule reads every agent's messages. After any other failure (a tool fault on the plan's own call) it
+is `correct_rate`. Tool faults: each tool call, with probability `tool_fault_rate`, raises an exception, does its
 work and then hangs for `slow_s` simulated seconds (four times the tool timeout reinloop and the presets have
 in the evaluation), or returns an empty result (one of the three, uniformly). Time is simulated, so that no
 figure depends on the machine's load: a model's latency, a timer's wait and a slow call's hang advance the
@@ -111,6 +117,9 @@ class FaultProfile:
     premature_rate: float = 0.0  # an answer before the plan is done (a wrong one)
     text_call_rate: float = 0.0  # the plan's next call written as plain text instead of a tool call
     empty_rate: float = 0.0  # an empty reply
+    # The recovery model (issue 46, set before any run with it): after a mistake the feedback could name and
+    # did not, the chance of a fix is correct_rate times this. 1.0: recovery ignores what the feedback says.
+    unnamed_fix_factor: float = 0.5
     # The costly faults of costly_faults.toml (`COSTLY_FAULTS`): the payments and hopeless tasks, a payment's
     # reply lost after its effect, invalid arguments reaching the tools; `costly_profile` also sets the runaway
     # rate. False: none of them, every run as before.

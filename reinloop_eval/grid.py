@@ -1,6 +1,6 @@
 """The fault grid (`reinloop eval --grid`): the suite at every fault rate x correct rate, over several seeds,
-each point aggregated over its seeds; the table as markdown and JSON, and a heatmap of reinloop against the
-best of its peers."""
+each point aggregated over its seeds; the table as markdown and JSON (reinloop against every peer, and against
+each of its ablations: what each guard buys), and a heatmap of reinloop against the best of its peers."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, ClassVar
 
+from reinloop_eval.agents import ABLATIONS, FAIR_PEER, PEER_AGENTS
+from reinloop_eval.report import markdown_ablations, run_tokens
 from reinloop_eval.run import (
     AGENTS,
     BUDGET,
     METRICS,
-    REASKING,
     REPORTING_SEEDS,
     RunRecord,
     evaluate_suite,
@@ -30,11 +31,11 @@ from reinloop_eval.run import (
 from reinloop_eval.simulated import FAULT_MODEL, FaultProfile
 from reinloop_eval.tasks import SUITE
 
-__all__ = ["GRID_FILES", "Grid", "GridSpec", "run_grid"]
+__all__ = ["GRID_FILES", "Grid", "GridSpec", "markdown_ablation_grid", "run_grid"]
 
 GRID_FILES = ("grid.md", "grid.json", "grid.png")
-REFERENCE = REASKING  # whose tokens reinloop's are compared with: the peer that recovers as reinloop does
-PEERS = tuple(agent for agent in AGENTS if agent != "reinloop")
+REFERENCE = FAIR_PEER  # the bar: the peer that recovers every unreadable reply, as reinloop does
+PEERS = PEER_AGENTS  # the agents "the best peer" is chosen from (reinloop's ablations are not peers)
 # Summed over a point's seeds; the rest of an agent's summary is averaged over them.
 COUNTS = (
     "runs", "successes", "model_calls", "prompt_tokens", "completion_tokens", "tool_schema_tokens", "wasted_tool_calls",
@@ -139,8 +140,9 @@ def _point(
     """A point's aggregate over its seeds: per agent, the mean success and its spread (min-max across the
     seeds), the counts summed over the seeds, the tokens per successful run over all its runs; then reinloop
     against the best peer, its tokens per successful run against the reference peer's (REFERENCE),
-    and reinloop paired with each peer over the point's runs."""
+    and reinloop paired with each other agent over the point's runs, in success and in tokens per run."""
     per_seed = {seed: summarize_runs(results[(fault, correct, seed)]) for seed in spec.seeds}
+    records = [record for seed in spec.seeds for record in results[(fault, correct, seed)]]
     agents = {agent: _over_seeds([per_seed[seed][agent] for seed in spec.seeds]) for agent in AGENTS}
     best = max(PEERS, key=lambda agent: agents[agent]["success_rate"])
     return {
@@ -152,8 +154,9 @@ def _point(
         "reference": REFERENCE,
         "tokens_per_success_vs_reference": _ratio(agents, lambda row: row["tokens_per_success"]),
         "message_tokens_vs_reference": _ratio(agents, lambda row: row["prompt_tokens"] - row["tool_schema_tokens"]),
-        # each peer paired with reinloop over the point's runs (task x seed), with a 95% interval
-        "paired": paired_all([record for seed in spec.seeds for record in results[(fault, correct, seed)]]),
+        # every other agent paired with reinloop over the point's runs (task x seed), with a 95% interval
+        "paired": paired_all(records),
+        "paired_tokens": paired_all(records, measure=run_tokens),
         "seeds": {str(seed): per_seed[seed] for seed in spec.seeds},
     }
 
@@ -181,7 +184,9 @@ def _write(spec: GridSpec, points: list[dict[str, Any]], out: Path) -> Grid:
     table = markdown_grid(points)
     text = (
         f"# reinloop fault grid\n\nSettings: {json.dumps(settings)}\n\n{table}\n\n"
-        f"## Paired with reinloop\n\n{markdown_paired_grid(points)}\n\n## Cost\n\n{_budget_table(points)}\n\n"
+        f"## Paired with reinloop\n\n{markdown_paired_grid(points)}\n\n"
+        f"## What each guard buys (reinloop against its ablations)\n\n{markdown_ablation_grid(points)}\n\n"
+        f"## Cost\n\n{_budget_table(points)}\n\n"
         f"## Fault model\n\n{FAULT_MODEL}\n\n## Metrics\n\n{METRICS}\n"
     )
     (out / "grid.md").write_text(text)
@@ -220,12 +225,26 @@ def markdown_paired_grid(points: Sequence[dict[str, Any]]) -> str:
     ]
     for point in points:
         for peer, row in point["paired"].items():
+            if peer not in PEERS:
+                continue
             lines.append(
                 f"| {point['fault_rate']:g} / {point['correct_rate']:g} | {peer} | {row['pairs']:.0f} | "
                 f"{row['wins']:.0f} | {row['losses']:.0f} | {row['difference'] * 100:+.1f} pp | "
                 f"{row['low'] * 100:+.1f} to {row['high'] * 100:+.1f} pp |"
             )
     return "\n".join(lines)
+
+
+def markdown_ablation_grid(points: Sequence[dict[str, Any]]) -> str:
+    """One row per point and ablation: full reinloop minus the ablation, paired over the point's runs, in
+    success and in tokens per run, each with its 95% interval."""
+    rows = [
+        ((f"{point['fault_rate']:g} / {point['correct_rate']:g}", agent), point["paired"][agent],
+         point["paired_tokens"][agent])
+        for point in points
+        for agent in ABLATIONS
+    ]  # fmt: skip
+    return markdown_ablations(rows, columns=("fault / correct", "ablation"))
 
 
 def _success(row: dict[str, float]) -> str:
@@ -267,7 +286,7 @@ def _heatmap(spec: GridSpec, points: Sequence[dict[str, Any]], path: Path) -> No
     panels = (
         (left, lead, TwoSlopeNorm(0.0, -span, span), "RdYlGn", "{:+.0f} pp", "reinloop success - best peer's"),
         (right, ratio, TwoSlopeNorm(1.0, 1 - spread, 1 + spread), "RdYlGn_r", "{:.2f}x",
-         "reinloop tokens per success / re-asking peer's"),
+         "reinloop tokens per success / fair peer's"),
     )  # fmt: skip
     for axes, values, norm, colours, label, title in panels:
         image = axes.imshow(values, cmap=colours, norm=norm, aspect="auto")

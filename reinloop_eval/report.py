@@ -12,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reinloop_eval.agents import BUDGET, HARD_CAP
+from reinloop_eval.agents import ABLATIONS, BUDGET, HARD_CAP
 from reinloop_eval.faults import FAULT_MODEL, FaultProfile
 
 if TYPE_CHECKING:
@@ -21,11 +21,13 @@ if TYPE_CHECKING:
 __all__ = [
     "BASELINE",
     "METRICS",
+    "markdown_ablations",
     "markdown_paired",
     "markdown_table",
     "paired",
     "paired_all",
     "pyplot",
+    "run_tokens",
     "save_chart",
     "summarize_runs",
     "tokens_per_success",
@@ -96,14 +98,29 @@ def summarize_runs(records: Sequence[RunRecord]) -> dict[str, dict[str, float]]:
 BASELINE = "reinloop"  # whom every other agent is paired with
 
 
-def paired(records: Sequence[RunRecord], agent: str, baseline: str = BASELINE) -> dict[str, float]:
+def solved(record: RunRecord) -> float:
+    return float(record.success)
+
+
+def run_tokens(record: RunRecord) -> float:
+    """A run's tokens: prompt and completion, every model call it caused."""
+    return float(record.prompt_tokens + record.completion_tokens)
+
+
+def paired(
+    records: Sequence[RunRecord],
+    agent: str,
+    baseline: str = BASELINE,
+    measure: Callable[[RunRecord], float] = solved,
+) -> dict[str, float]:
     """`baseline` against `agent` on the runs they share (same task and seed, hence the same draws): the runs
     only the baseline solved (`wins`), only the agent solved (`losses`), the baseline's success minus the
     agent's, and a 95% interval for that difference from a paired bootstrap over the shared runs (resampled
-    as pairs, so the faults both met stay matched)."""
-    solved = {(r.agent, r.task, r.seed): r.success for r in records}
-    keys = [(task, seed) for name, task, seed in solved if name == baseline and (agent, task, seed) in solved]
-    diffs = [int(solved[(baseline, *key)]) - int(solved[(agent, *key)]) for key in keys]
+    as pairs, so the faults both met stay matched). Another `measure` of a run (`run_tokens`): the pairs where
+    the baseline's is higher (`wins`) and lower (`losses`), and the mean difference with its interval."""
+    values = {(r.agent, r.task, r.seed): measure(r) for r in records}
+    keys = [(task, seed) for name, task, seed in values if name == baseline and (agent, task, seed) in values]
+    diffs = [values[(baseline, *key)] - values[(agent, *key)] for key in keys]
     n = len(diffs)
     if n == 0:
         return {"pairs": 0, "wins": 0, "losses": 0, "difference": 0.0, "low": 0.0, "high": 0.0}
@@ -111,20 +128,42 @@ def paired(records: Sequence[RunRecord], agent: str, baseline: str = BASELINE) -
     means = sorted(sum(rng.choices(diffs, k=n)) / n for _ in range(BOOTSTRAP_RESAMPLES))
     return {
         "pairs": n,
-        "wins": diffs.count(1),
-        "losses": diffs.count(-1),
+        "wins": sum(diff > 0 for diff in diffs),
+        "losses": sum(diff < 0 for diff in diffs),
         "difference": sum(diffs) / n,
         "low": means[int(0.025 * BOOTSTRAP_RESAMPLES)],
         "high": means[int(0.975 * BOOTSTRAP_RESAMPLES) - 1],
     }
 
 
-def paired_all(records: Sequence[RunRecord], baseline: str = BASELINE) -> dict[str, dict[str, float]]:
+def paired_all(
+    records: Sequence[RunRecord], baseline: str = BASELINE, measure: Callable[[RunRecord], float] = solved
+) -> dict[str, dict[str, float]]:
     """`paired` for every agent of `records` but the baseline (none if it did not run)."""
     agents = dict.fromkeys(record.agent for record in records)
     if baseline not in agents:
         return {}
-    return {agent: paired(records, agent, baseline) for agent in agents if agent != baseline}
+    return {agent: paired(records, agent, baseline, measure) for agent in agents if agent != baseline}
+
+
+def markdown_ablations(
+    rows: Sequence[tuple[Sequence[str], dict[str, float], dict[str, float]]], columns: Sequence[str] = ("ablation",)
+) -> str:
+    """One row per (cells, success pairing, tokens pairing) of an ablation with reinloop, its first `columns`
+    being `cells`: what the guard or feature taken out buys, full reinloop minus the ablation, in success
+    (percentage points) and in tokens per run, each with its paired 95% interval."""
+    lines = [
+        f"| {' | '.join(columns)} | pairs | only reinloop solved | only the ablation solved "
+        "| success, reinloop - ablation | tokens per run, reinloop - ablation |",
+        "|" + " --- |" * len(columns) + " ---: |" * 5,
+    ]
+    for cells, success, tokens in rows:
+        lines.append(
+            f"| {' | '.join(cells)} | {success['pairs']:.0f} | {success['wins']:.0f} | {success['losses']:.0f} | "
+            f"{success['difference'] * 100:+.1f} pp ({success['low'] * 100:+.1f} to {success['high'] * 100:+.1f}) | "
+            f"{tokens['difference']:+,.0f} ({tokens['low']:+,.0f} to {tokens['high']:+,.0f}) |"
+        )
+    return "\n".join(lines)
 
 
 def markdown_paired(comparisons: dict[str, dict[str, float]], baseline: str = BASELINE) -> str:
@@ -171,12 +210,16 @@ def write_report(records: Sequence[RunRecord], profile: FaultProfile, seed: int,
     out.mkdir(parents=True, exist_ok=True)
     summary = summarize_runs(records)
     comparisons = paired_all(records)
+    tokens = paired_all(records, measure=run_tokens)
     settings = {"seed": seed, "tasks": len({r.task for r in records}), "budget": BUDGET, **asdict(profile)}
-    data = {"settings": settings, "summary": summary, "paired": comparisons, "runs": [asdict(r) for r in records]}
+    data = {"settings": settings, "summary": summary, "paired": comparisons, "paired_tokens": tokens,
+            "runs": [asdict(r) for r in records]}  # fmt: skip
     (out / "report.json").write_text(json.dumps(data, indent=2))
+    ablations = [((agent,), comparisons[agent], tokens[agent]) for agent in ABLATIONS if agent in comparisons]
     text = (
         f"# reinloop evaluation\n\nSettings: {json.dumps(settings)}\n\n{markdown_table(summary)}\n\n"
         f"## Paired with reinloop\n\n{markdown_paired(comparisons)}\n\n"
+        f"## What each guard buys (reinloop against its ablations)\n\n{markdown_ablations(ablations)}\n\n"
         f"## Fault model\n\n{FAULT_MODEL}\n\n## Metrics\n\n{METRICS}\n"
     )
     (out / "report.md").write_text(text)

@@ -30,6 +30,7 @@ from reinloop_eval.agents import (
     HARD_STOPS,
     PRESET_AGENTS,
     REASKING,
+    REINLOOP_AGENTS,
     ReaskAfterMalformedReply,
     _runners,
 )
@@ -157,7 +158,7 @@ def run_task(agent: str, task: EvalTask, profile: FaultProfile, seed: int, folde
     else:
         model = real.model
         tools = faulty_tools(default_toolset(workspace, model=model), FaultProfile(tool_fault_rate=0.0), 0, stats)
-        if real.protocol != "tool_calling" and agent != "reinloop":
+        if real.protocol != "tool_calling" and agent not in REINLOOP_AGENTS:
             # The peers call tools natively: they get the model's protocol as native calls (WrittenToolCalls).
             from reinloop.protocols import get_protocol
             from reinloop_eval.written_calls import WrittenToolCalls

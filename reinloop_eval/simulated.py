@@ -27,7 +27,7 @@ from reinloop.protocols import WrittenProtocol, get_protocol
 from reinloop.protocols.interface import new_call_id
 from reinloop.testing import bind_as_provider
 from reinloop_eval.conversation import Action as Action
-from reinloop_eval.conversation import _again, _call, _last_call, _was_read, _with_ids
+from reinloop_eval.conversation import _again, _call, _last_call, _was_read, _with_ids, feedback, names_the_mistake
 from reinloop_eval.conversation import _observed as _observed
 from reinloop_eval.conversation import _progress as _progress
 from reinloop_eval.conversation import read_back as read_back
@@ -98,7 +98,7 @@ class SimulatedModel(BaseChatModel):
     # Its last decision, if that was a call written as plain text or an empty reply: failed unless the agent
     # read the call from the text (its next prompt then holds that call).
     _unread: AIMessage | None = PrivateAttr(default=None)
-    _unread_call: ToolCall | None = PrivateAttr(default=None)  # the call a plain-text call wrote
+    _unread_call: ToolCall | None = PrivateAttr(default=None)  # the call that reply wrote; None: an empty reply
     _raw: bool = PrivateAttr(default=False)  # the reply is sent as it is, not in the agent's protocol's format
     _wrong: dict[int, dict[str, Any]] = PrivateAttr(default_factory=dict)  # plan steps done with wrong arguments
     _near: tuple[ToolCall, int] | None = PrivateAttr(default=None)  # a near-repeat loop: the call, repeats so far
@@ -170,17 +170,28 @@ class SimulatedModel(BaseChatModel):
         unread, self._unread, self._raw = self._unread, None, False
         if unread is not None and not _was_read(self._unread_call, previous):
             if draws.correct >= self.profile.correct_rate:  # does not learn: the same unreadable reply again
-                return self._unread_reply(unread)
+                return self._unread_reply(unread, self._unread_call)
             failed = succeeded = None  # corrected: it goes on from where it was
-        reply = self._react(progress, done, previous, failed, succeeded, draws, extra)
+        step = None if done else task.plan[progress]
+        fix_rate = self._fix_rate(failed, step, messages)
+        reply = self._react(progress, done, previous, failed, succeeded, draws, extra, fix_rate)
         bad = reply.invalid_tool_calls
         self._malformed = bad[0] if bad and not reply.tool_calls else None
         return reply
 
-    def _unread_reply(self, reply: AIMessage) -> AIMessage:
-        """`reply` (a call written as plain text, or an empty reply) as the model's decision: sent as it is."""
-        self._unread, self._raw = reply, True
+    def _unread_reply(self, reply: AIMessage, call: ToolCall | None) -> AIMessage:
+        """`reply` (a call written as plain text, `call`, or an empty reply, None) as the model's decision: sent
+        as it is."""
+        self._unread, self._unread_call, self._raw = reply, call, True
         return reply
+
+    def _fix_rate(self, failed: Action | None, step: Step | None, messages: list[BaseMessage]) -> float:
+        """The chance it fixes its failed action `failed`: `correct_rate`, times `unnamed_fix_factor` if the
+        feedback could have named the mistake and did not (the recovery model, `FAULT_MODEL`)."""
+        profile: FaultProfile = self.profile
+        if failed is None or names_the_mistake(failed, step, feedback(messages)) is not False:
+            return float(profile.correct_rate)
+        return float(profile.correct_rate * profile.unnamed_fix_factor)
 
     def _react(
         self,
@@ -191,12 +202,13 @@ class SimulatedModel(BaseChatModel):
         succeeded: ToolCall | None,
         draws: DecisionDraws,
         extra: ExtraDraws,
+        fix_rate: float,
     ) -> AIMessage:
         task: EvalTask = self.task
         override = self._runaway(done) or self._stubborn(succeeded, draws.stubborn) or self._near_repeat(extra.end)
         if override is not None:
             return override
-        if failed is not None and draws.correct >= self.profile.correct_rate:
+        if failed is not None and draws.correct >= fix_rate:
             return _again(failed)  # does not learn: repeats the failed action
         faults = ["malformed", "bad_args", "unknown_tool", "repeat"] if not done else ["no_stop", "wrong_answer"]
         if previous is None and "repeat" in faults:
@@ -228,7 +240,7 @@ class SimulatedModel(BaseChatModel):
     def _other(self, fault: str, task: EvalTask, progress: int, succeeded: ToolCall | None, detail: float) -> AIMessage:
         """The reply of a fault with its own rate."""
         if fault == "empty":
-            return self._unread_reply(AIMessage(""))
+            return self._unread_reply(AIMessage(""), None)
         if fault == "premature":
             return AIMessage(PREMATURE_ANSWER)
         if fault == "near_repeat":
@@ -241,12 +253,11 @@ class SimulatedModel(BaseChatModel):
             self._wrong[progress] = args
             return _call(step.tool, args)
         # text_call: the call written as text, as a model whose tool-call template failed writes it
-        self._unread_call = _call(step.tool, step.args).tool_calls[0]
         if self.protocol == "tool_calling":
             text = json.dumps({"name": step.tool, "arguments": step.args}, ensure_ascii=False)
         else:
             text = f"I will use {step.tool} with {json.dumps(step.args, ensure_ascii=False)}."
-        return self._unread_reply(AIMessage(text))
+        return self._unread_reply(AIMessage(text), _call(step.tool, step.args).tool_calls[0])
 
     def _near_repeat(self, draw: float) -> AIMessage | None:
         """The next call of a near-repeat loop (the same tool, its argument changed once more each time), left

@@ -8,8 +8,8 @@ import statistics
 import pytest
 
 from reinloop_eval import AGENTS, FaultProfile, GridSpec, run_grid
-from reinloop_eval.grid import PEERS
-from reinloop_eval.run import REASKING
+from reinloop_eval.agents import ABLATIONS, FAIR_PEER
+from reinloop_eval.grid import PEERS, REFERENCE
 
 # Slow calls hang longer than reinloop's timeout: until the run ends, in real time (simulated time counts it).
 RUNAWAY = FaultProfile(tool_fault_rate=0.1, runaway_rate=0.5, stubborn_rate=0.2)
@@ -53,20 +53,21 @@ def test_each_point_aggregates_its_seeds(runaway_grid):
         best = max(point["agents"][peer]["success_rate"] for peer in PEERS)
         assert point["agents"][point["best_peer"]]["success_rate"] == best
         assert point["reinloop_minus_best_peer"] == pytest.approx(point["agents"]["reinloop"]["success_rate"] - best)
-        assert point["reference"] == REASKING
+        assert point["reference"] == REFERENCE == FAIR_PEER
+        assert not set(ABLATIONS) & set(PEERS)  # reinloop's ablations are not its peers
         for agent, row in point["agents"].items():  # all tokens of the point's runs over its successful runs
             tokens = sum(seeds[s][agent]["prompt_tokens"] + seeds[s][agent]["completion_tokens"] for s in seeds)
             assert row["successes"] == sum(seeds[s][agent]["successes"] for s in seeds) > 0
             assert row["tokens_per_success"] == pytest.approx(tokens / row["successes"], abs=0.1)
             assert row["completion_tokens"] > 0
-        per_success = {agent: point["agents"][agent]["tokens_per_success"] for agent in ("reinloop", REASKING)}
+        per_success = {agent: point["agents"][agent]["tokens_per_success"] for agent in ("reinloop", REFERENCE)}
         assert point["tokens_per_success_vs_reference"] == pytest.approx(
-            per_success["reinloop"] / per_success[REASKING]
+            per_success["reinloop"] / per_success[REFERENCE]
         )
-        tokens = {agent: point["agents"][agent]["prompt_tokens"] for agent in ("reinloop", REASKING)}
+        tokens = {agent: point["agents"][agent]["prompt_tokens"] for agent in ("reinloop", REFERENCE)}
         messages = {agent: tokens[agent] - point["agents"][agent]["tool_schema_tokens"] for agent in tokens}
         assert all(0 < messages[agent] < tokens[agent] for agent in tokens)
-        assert point["message_tokens_vs_reference"] == pytest.approx(messages["reinloop"] / messages[REASKING])
+        assert point["message_tokens_vs_reference"] == pytest.approx(messages["reinloop"] / messages[REFERENCE])
 
 
 def test_the_grid_writes_its_table_as_markdown_and_json_and_the_heatmap(runaway_grid):
@@ -86,6 +87,9 @@ def test_the_grid_writes_its_table_as_markdown_and_json_and_the_heatmap(runaway_
     ratios = f"{first['tokens_per_success_vs_reference']:.2f}x ({first['message_tokens_vs_reference']:.2f}x)"
     assert shown in rows[0] and ratios in rows[0]
     assert all(f"| 0.5 / 0.3 | {agent} |" in text for agent in AGENTS)  # the cost table, per point and agent
+    guards = text.split("## What each guard buys")[1].split("## Cost")[0]  # each ablation paired with reinloop
+    assert all(f"| 0.5 / 0.3 | {agent} | 16 |" in guards for agent in ABLATIONS)
+    assert all(first["paired_tokens"][agent]["pairs"] == first["paired"][agent]["pairs"] == 16 for agent in ABLATIONS)
     assert (out / "grid.png").read_bytes()[:4] == b"\x89PNG"
 
 
