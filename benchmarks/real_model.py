@@ -1,80 +1,107 @@
-"""The suite's tasks on a real model: reinloop against the peers, in each protocol the model speaks.
+"""The task bank on a real model, sampled: reinloop against the fair best peer and create_agent with middleware,
+at a temperature, over several seeds, with tool faults, every agent held to the same budget.
 
-    .venv/bin/python benchmarks/real_model.py --tasks 14                  # the embedded model, every text protocol
-    .venv/bin/python benchmarks/real_model.py --base-url http://host:8000/v1 --model NAME --protocols tool_calling
+    .venv/bin/python benchmarks/real_model.py --tasks 200 --seeds 100 101 102          # the embedded model
+    .venv/bin/python benchmarks/real_model.py --base-url http://host:8000/v1 --model NAME --protocol json
 
-No faults are injected: the model makes its own mistakes. The embedded model has no tool-calling API, so the
-peers (create_agent, alone and with middleware) meet it through native calls read from its text in the same
-protocol reinloop uses (`reinloop_eval.written_calls`): the same prompt format and parser for every agent.
-Decoding is greedy, so a rerun gives the same runs. Writes real-model.md and real-model.json to --out, each
-protocol's full report (report.md, report.json) in a folder of its own, and prints the tables.
+Every agent gets the same model object (its reply cap: the embedded model's 200 tokens), the same seed for its
+n-th model call on a task at a seed, the same tool faults (drawn from the task and seed), at most 20 rounds,
+and the same context budget: reinloop's (the embedded model's 3,400 tokens), the peers' prompts held to it
+too, counted the same way. The peers meet a text protocol's model through native calls read from its text
+(`reinloop_eval.written_calls`). Writes real-model.md and real-model.json (the command in both) to --out and
+prints the tables.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import shlex
+import sys
 import time
 from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from reinloop_eval import FaultProfile
-from reinloop_eval.benchmark import run_benchmark
-from reinloop_eval.run import AGENTS
-
-PROTOCOLS = ("json", "react", "call_tool")
+from reinloop.models import LOCAL, model_from_settings
+from reinloop_eval.real_benchmark import (
+    BUDGET_NOTE,
+    SAMPLED_AGENTS,
+    Sampling,
+    markdown_sampled,
+    run_sampled,
+    success_intervals,
+)
+from reinloop_eval.report import paired_all
+from reinloop_eval.run import REPORTING_SEEDS
+from reinloop_eval.task_bank import BANK_SIZE, task_bank
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tasks", type=int, default=14, help="the first N of the suite's 50 tasks")
-    parser.add_argument("--protocols", nargs="+", default=list(PROTOCOLS), help="default: json react call_tool")
-    parser.add_argument("--model", help="a model name (with --base-url, the server's; else init_chat_model's)")
+    parser.add_argument("--tasks", type=int, default=200, help=f"the task bank's first N (at most {BANK_SIZE})")
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(REPORTING_SEEDS), help="default: 100 101 102")
+    parser.add_argument("--temperature", type=float, default=Sampling.temperature)
+    parser.add_argument("--tool-fault-rate", type=float, default=Sampling.tool_fault_rate)
+    parser.add_argument("--agents", nargs="+", default=list(SAMPLED_AGENTS), help="default: %(default)s")
+    parser.add_argument("--protocol", default="json", help="the text protocol (embedded model: json react call_tool)")
+    parser.add_argument("--model", help="the server's model name (with --base-url)")
     parser.add_argument("--base-url", help="an OpenAI-compatible server; default: the embedded model")
     parser.add_argument("--out", type=Path, default=Path("real-model-benchmark"))
     args = parser.parse_args()
+    sampling = Sampling(temperature=args.temperature, seeds=tuple(args.seeds), tool_fault_rate=args.tool_fault_rate)
+    tasks = task_bank(args.tasks)
+    command = shlex.join([".venv/bin/python", "benchmarks/real_model.py", *sys.argv[1:]])
     console = Console()
-    local = not (args.model or args.base_url)
-    results: dict[str, dict[str, object]] = {}
-    sections = []
-    for protocol in args.protocols:
-        started, cpu = time.perf_counter(), time.process_time()
-        with Progress(
-            TextColumn(f"[bold]{protocol}[/bold]"),
+    started, cpu = time.perf_counter(), time.process_time()
+    with (
+        model_from_settings(args.model or (None if args.base_url else LOCAL), args.base_url, args.protocol) as real,
+        Progress(
+            TextColumn("[bold]runs[/bold]"),
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("{task.description}"),
             TimeElapsedColumn(),
             console=console,
-        ) as bar:
-            job = bar.add_task("starting the model", total=args.tasks * len(AGENTS))
+        ) as bar,  # fmt: skip
+    ):
+        job = bar.add_task("", total=len(tasks) * len(sampling.seeds) * len(args.agents))
 
-            def advance(done: int, total: int, agent: str, task: str, job: object = job, bar: Progress = bar) -> None:
-                bar.update(job, completed=done, total=total, description=f"{agent} / {task}")  # type: ignore[arg-type]
+        def advance(agent: str, task: str, seed: int) -> None:
+            bar.update(job, advance=1, description=f"{agent} / {task} / seed {seed}")
 
-            result = run_benchmark(
-                FaultProfile(),
-                tasks=args.tasks,
-                out=args.out / protocol,
-                model=args.model,
-                base_url=args.base_url,
-                local=local,
-                protocol=protocol,
-                progress=advance,
-            )
-        wall, cpu = time.perf_counter() - started, time.process_time() - cpu
-        results[protocol] = {"summary": result.summary, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1)}
-        model = "the embedded model" if local else (args.model or args.base_url)
-        sections.append(
-            f"### {protocol}\n\n{model}, the first {args.tasks} tasks, {wall:,.0f} s wall ({cpu:,.0f} s CPU in "
-            f"this process; the model runs in its own).\n\n{result.table}\n"
-        )
-        console.print(sections[-1])
+        records = run_sampled(real, tasks, sampling=sampling, agents=args.agents, progress=advance)
+        label = "the embedded model" if real.label == LOCAL else real.label
+        config = real.config
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+    table = markdown_sampled(records)
+    text = (
+        f"`{command}`\n\n{label}, protocol {real.protocol}: {len(tasks)} tasks x {len(sampling.seeds)} seeds "
+        f"({', '.join(map(str, sampling.seeds))}) x {len(args.agents)} agents = {len(records)} runs, temperature "
+        f"{sampling.temperature:g}, tool fault rate {sampling.tool_fault_rate:g}; reply cap "
+        f"{config.get('max_reply_tokens')} tokens, context budget {config.get('context_token_budget')} tokens. "
+        f"{BUDGET_NOTE} {wall:,.0f} s wall, {cpu:,.0f} s CPU in this process (the model runs in its own).\n\n{table}\n"
+    )
+    console.print(text, markup=False, highlight=False)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "real-model.md").write_text("\n".join(sections))
-    (args.out / "real-model.json").write_text(json.dumps(results, indent=2))
+    (args.out / "real-model.md").write_text(text)
+    result = {
+        "command": command,
+        "model": label,
+        "protocol": real.protocol,
+        "sampling": dataclasses.asdict(sampling),
+        "tasks": len(tasks),
+        "agents": args.agents,
+        "config": config,
+        "wall_s": round(wall, 1),
+        "cpu_s": round(cpu, 1),
+        "success": success_intervals(records),
+        "paired": paired_all(records),
+        "runs": [dataclasses.asdict(record) for record in records],
+    }
+    (args.out / "real-model.json").write_text(json.dumps(result, indent=2))
     console.print(f"wrote {args.out / 'real-model.md'} and {args.out / 'real-model.json'}")
 
 

@@ -17,16 +17,19 @@ from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
+from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 from langchain_core.outputs import ChatResult
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.tools import BaseTool
 
+from reinloop.memory.tokens import TokenCounter
 from reinloop.protocols import WrittenProtocol, read_reply
 from reinloop.protocols.interface import new_call_id
 from reinloop.tools.registry import ToolRegistry
 
 __all__ = ["WrittenToolCalls"]
+
+_COUNTER = TokenCounter()
 
 
 class WrittenToolCalls(BaseChatModel):
@@ -34,6 +37,10 @@ class WrittenToolCalls(BaseChatModel):
 
     model: BaseChatModel
     protocol: Any  # a WrittenProtocol
+    # The most tokens one prompt may count, counted as reinloop counts its own (`TokenCounter`, the prompt as
+    # sent): the oldest turns after the task are left out until it fits, as reinloop's prompt drops the oldest
+    # entries of its window. None: no limit.
+    context_token_budget: int | None = None
 
     @property
     def _llm_type(self) -> str:
@@ -67,7 +74,13 @@ class WrittenToolCalls(BaseChatModel):
             for m in messages
             if not isinstance(m, SystemMessage)
         ]
-        return protocol.finalize([SystemMessage(instructions), *protocol.render(rest)])
+        prompt = protocol.finalize([SystemMessage(instructions), *protocol.render(rest)])
+        while self.context_token_budget is not None and len(rest) > 1:
+            if _COUNTER.messages(prompt) <= self.context_token_budget:
+                break
+            rest = [rest[0], *_without_oldest_turn(rest[1:])]
+            prompt = protocol.finalize([SystemMessage(instructions), *protocol.render(rest)])
+        return prompt
 
     def _generate(
         self,
@@ -77,3 +90,11 @@ class WrittenToolCalls(BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         raise NotImplementedError("WrittenToolCalls is called through bind_tools, as create_agent calls it")
+
+
+def _without_oldest_turn(turns: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """`turns` without the first and the observations answering it (a tool result never stays without its call)."""
+    kept = list(turns[1:])
+    while kept and isinstance(kept[0], ToolMessage):
+        kept.pop(0)
+    return kept
