@@ -8,7 +8,7 @@ if ! command -v dot >/dev/null || ! command -v pg_ctlcluster >/dev/null || ! com
   || ! command -v g++ >/dev/null || ! command -v chromedriver >/dev/null; then
   apt-get update -q
   # graphviz: PNG/SVG drawing; postgresql: checkpointer tests; cmake and g++: llama-cpp-python's build;
-  # chromium and its driver: the browser test of `reinloop inspect` (tests/test_inspect_browser.py, headless)
+  # chromium and its driver: the browser test of `reinloop inspect` (tests/inspect/test_inspect_browser.py, headless)
   apt-get install -y -q graphviz postgresql cmake g++ chromium chromium-driver
 fi
 REINLOOP_TEST_POSTGRES_URL=$(bash scripts/start-postgres.sh | tail -1)

@@ -14,8 +14,8 @@ from pydantic import ValidationError
 
 from reinloop import AgentConfig, ConfigurationError, ToolRegistry, build_agent, lease
 from reinloop.testing import ScriptedChatModel, parallel_calls, tool_call
+from tests.cli.test_cli import cli, home, run_args, server  # noqa: F401 - the CLI tests' fixtures and helpers
 from tests.conftest import add, new_thread
-from tests.test_cli import cli, home, run_args, server  # noqa: F401 - the CLI tests' fixtures and helpers
 
 APPROVE = {"action": "approve"}
 

@@ -27,7 +27,7 @@ from reinloop.testing import ScriptedChatModel, json_action, parallel_calls, too
 from reinloop.tools import ToolRegistry
 from reinloop.tools import retry as retry_module
 from tests.conftest import THREAD, add, explode, lookup, make_context
-from tests.test_execution import Crashes, Exits, Produces, Sums, TellsItsKey
+from tests.tools.test_execution import Crashes, Exits, Produces, Sums, TellsItsKey
 
 DRIVERS = ["invoke", "ainvoke"]
 

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
+from tests.inspect.test_inspect import command, free_port
 from tests.openai_server import ScriptedOpenAIServer
-from tests.test_inspect import command, free_port
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 pytestmark = pytest.mark.skipif(

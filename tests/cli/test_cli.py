@@ -22,7 +22,7 @@ from tests.test_checkpointers import BAD_FILES, damage, saved_thread, unchanged
 
 REINLOOP = str(Path(sys.executable).with_name("reinloop"))
 # The command must run the checkout under test, not whichever one the environment installed (editable).
-CHECKOUT = str(Path(__file__).resolve().parents[1])
+CHECKOUT = str(Path(__file__).resolve().parents[2])
 
 
 @pytest.fixture

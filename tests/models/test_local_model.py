@@ -203,7 +203,7 @@ def test_a_server_in_the_middle_of_a_reply_stops_at_once():
 
 def test_ctrl_c_while_the_embedded_model_starts_says_nothing_was_saved(tmp_path):
     _local_extra()
-    from tests.test_cli import EXIT_AFTER_CTRL_C_S, ctrl_c
+    from tests.cli.test_cli import EXIT_AFTER_CTRL_C_S, ctrl_c
 
     # The user's home: the model package assembles its GGUF (240 MB) once, in ~/.cache.
     done, took, left = ctrl_c("run", "What is 23 * 19?", "--thread", "t-start", "--no-memory", home=tmp_path,
@@ -219,7 +219,7 @@ def test_the_readme_main_command_answers_its_example_task_on_the_embedded_model(
     # The README's main job, as a new user runs it: the embedded model in its default protocol, the default
     # toolset and long-term memory (--quiet prints the answer alone).
     _local_extra()
-    from tests.test_cli import cli
+    from tests.cli.test_cli import cli
 
     done = cli("run", "What is 23 * 19?", "--quiet", home=tmp_path, env={"HOME": os.environ["HOME"]}, timeout=600)
     assert done.returncode == 0, done.stderr

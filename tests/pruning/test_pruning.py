@@ -25,8 +25,8 @@ from reinloop import (
 )
 from reinloop.checkpoint import is_postgres_url, open_checkpointer
 from reinloop.testing import ScriptedChatModel, parallel_calls, tool_call
+from tests.cli.test_cli import cli, home  # noqa: F401 - the CLI tests' fixture and helper
 from tests.conftest import add, new_thread
-from tests.test_cli import cli, home  # noqa: F401 - the CLI tests' fixture and helper
 
 ROUNDS = 4
 

@@ -30,8 +30,8 @@ from reinloop import server as served
 from reinloop.models import ChosenModel
 from reinloop.testing import ScriptedChatModel, tool_call
 from reinloop.tools import ToolRegistry, is_async_tool
+from tests.cli.test_cli import REINLOOP, cli, environment, run_args
 from tests.openai_server import ScriptedOpenAIServer
-from tests.test_cli import REINLOOP, cli, environment, run_args
 
 pytest.importorskip("langchain_mcp_adapters")
 pytest.importorskip("mcp_server_time")
@@ -39,7 +39,7 @@ pytest.importorskip("mcp_server_time")
 from reinloop.tools import mcp_sessions
 from reinloop.tools.mcp import MCPTool, MCPTools, load_mcp_config
 
-TEST_SERVER = {"command": sys.executable, "args": [str(Path(__file__).with_name("mcp_server.py"))]}
+TEST_SERVER = {"command": sys.executable, "args": [str(Path(__file__).parents[1] / "mcp_server.py")]}
 TIME_SERVER = {"command": sys.executable, "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]}
 BOTH = {"test": {"transport": "stdio", **TEST_SERVER}, "time": {"transport": "stdio", **TIME_SERVER}}
 TEST_ONLY = {"test": BOTH["test"]}

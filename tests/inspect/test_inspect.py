@@ -1,6 +1,6 @@
 """`reinloop inspect`: the web app's routes (Starlette's test client) over runs made by the real command
 against a scripted OpenAI-compatible server, the page's actions, and the command itself
-(tests/test_inspect_timeline.py: the timeline; tests/test_inspect_browser.py: the page in Chromium)."""
+(tests/inspect/test_inspect_timeline.py: the timeline; tests/inspect/test_inspect_browser.py: the page in Chromium)."""
 
 import io
 import json
@@ -384,7 +384,7 @@ def test_the_command_serves_until_ctrl_c_and_then_exits_cleanly(runs):
     import urllib.request
 
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     served = subprocess.Popen([sys.executable, "-m", "reinloop", "inspect", "--db", str(runs), "--port", str(port)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
     try:
@@ -449,7 +449,7 @@ def test_a_page_over_an_empty_database_file_lists_nothing_and_leaves_the_file_as
 
 def library_process(*args: str) -> subprocess.Popen[str]:
     """`python -m tests.inspect_writer ARGS`, once it has said it started (run) or holds the lease (hold)."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     process = subprocess.Popen([sys.executable, "-m", "tests.inspect_writer", *args], stdout=subprocess.PIPE,
                                text=True, env=env)  # fmt: skip
     assert process.stdout is not None and process.stdout.readline().strip() in ("started", "held")
