@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from reinloop_eval.costly_report import costly_measures, markdown_costly
 from reinloop_eval.run import (
     AGENTS,
     PRESET_AGENTS,
@@ -20,6 +21,7 @@ from reinloop_eval.run import (
     write_report,
 )
 from reinloop_eval.simulated import FaultProfile
+from reinloop_eval.tasks import tasks_for
 
 __all__ = ["REPORT_FILES", "Benchmark", "run_benchmark"]
 
@@ -69,7 +71,7 @@ def run_benchmark(
             # The presets write their own protocols; the others meet a text protocol's model through
             # native calls read from its text (`WrittenToolCalls`).
             agents = AGENTS
-        total, done = tasks * len(agents), 0
+        total, done = len(tasks_for(profile, tasks)) * len(agents), 0
 
         def advance(agent: str, task: str) -> None:
             nonlocal done
@@ -82,4 +84,6 @@ def run_benchmark(
     files = [out / name for name in REPORT_FILES if (out / name).exists()]
     comparisons = paired_all(records)
     table = markdown_table(summary) + (f"\n\n{markdown_paired(comparisons)}" if comparisons else "")
+    if costly := costly_measures(records):
+        table += f"\n\n{markdown_costly(costly)}"
     return Benchmark(summary, table, files, chart=(out / Benchmark.CHART).exists())

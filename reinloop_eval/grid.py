@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from reinloop_eval.agents import ABLATIONS, FAIR_PEER, PEER_AGENTS
+from reinloop_eval.costly_report import costly_measures, costly_section_grid
 from reinloop_eval.report import markdown_ablations, run_tokens
 from reinloop_eval.run import (
     AGENTS,
@@ -29,7 +30,7 @@ from reinloop_eval.run import (
     tokens_per_success,
 )
 from reinloop_eval.simulated import FAULT_MODEL, FaultProfile
-from reinloop_eval.tasks import SUITE
+from reinloop_eval.tasks import SUITE, tasks_for
 
 __all__ = ["GRID_FILES", "Grid", "GridSpec", "markdown_ablation_grid", "run_grid"]
 
@@ -90,7 +91,7 @@ def run_grid(
     processes, started afresh (spawn): from a script, call it under ``if __name__ == "__main__":``.
     `progress(done, total)` is called as runs finish."""
     jobs = spec.jobs()
-    total = len(jobs) * spec.tasks * len(AGENTS)
+    total = len(jobs) * len(tasks_for(spec.base, spec.tasks)) * len(AGENTS)
     results = _run_jobs(jobs, spec.tasks, workers, total, progress)
     points = [_point(spec, fault, correct, results) for fault in spec.fault_rates for correct in spec.correct_rates]
     return _write(spec, points, out)
@@ -157,6 +158,7 @@ def _point(
         # every other agent paired with reinloop over the point's runs (task x seed), with a 95% interval
         "paired": paired_all(records),
         "paired_tokens": paired_all(records, measure=run_tokens),
+        "costly": costly_measures(records),  # harm and hopeless tasks' cost: empty without the costly faults
         "seeds": {str(seed): per_seed[seed] for seed in spec.seeds},
     }
 
@@ -186,7 +188,7 @@ def _write(spec: GridSpec, points: list[dict[str, Any]], out: Path) -> Grid:
         f"# reinloop fault grid\n\nSettings: {json.dumps(settings)}\n\n{table}\n\n"
         f"## Paired with reinloop\n\n{markdown_paired_grid(points)}\n\n"
         f"## What each guard buys (reinloop against its ablations)\n\n{markdown_ablation_grid(points)}\n\n"
-        f"## Cost\n\n{_budget_table(points)}\n\n"
+        f"## Cost\n\n{_budget_table(points)}\n\n{costly_section_grid(points)}"
         f"## Fault model\n\n{FAULT_MODEL}\n\n## Metrics\n\n{METRICS}\n"
     )
     (out / "grid.md").write_text(text)

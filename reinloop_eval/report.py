@@ -211,16 +211,19 @@ def write_report(records: Sequence[RunRecord], profile: FaultProfile, seed: int,
     summary = summarize_runs(records)
     comparisons = paired_all(records)
     tokens = paired_all(records, measure=run_tokens)
+    from reinloop_eval.costly_report import costly_measures, costly_section  # it pairs with `paired`, from here
+
+    costly = costly_measures(records)  # empty without the costly faults
     settings = {"seed": seed, "tasks": len({r.task for r in records}), "budget": BUDGET, **asdict(profile)}
     data = {"settings": settings, "summary": summary, "paired": comparisons, "paired_tokens": tokens,
-            "runs": [asdict(r) for r in records]}  # fmt: skip
+            "costly": costly, "runs": [asdict(r) for r in records]}  # fmt: skip
     (out / "report.json").write_text(json.dumps(data, indent=2))
     ablations = [((agent,), comparisons[agent], tokens[agent]) for agent in ABLATIONS if agent in comparisons]
     text = (
         f"# reinloop evaluation\n\nSettings: {json.dumps(settings)}\n\n{markdown_table(summary)}\n\n"
         f"## Paired with reinloop\n\n{markdown_paired(comparisons)}\n\n"
         f"## What each guard buys (reinloop against its ablations)\n\n{markdown_ablations(ablations)}\n\n"
-        f"## Fault model\n\n{FAULT_MODEL}\n\n## Metrics\n\n{METRICS}\n"
+        f"{costly_section(costly)}## Fault model\n\n{FAULT_MODEL}\n\n## Metrics\n\n{METRICS}\n"
     )
     (out / "report.md").write_text(text)
     save_chart(lambda path: _chart(summary, path), out / "report.png")

@@ -41,13 +41,14 @@ from reinloop_eval.agents import protocol_of as protocol_of
 from reinloop_eval.agents import tool_timeout_of as tool_timeout_of
 from reinloop_eval.faults import FaultProfile
 from reinloop_eval.meters import Meter, SimulatedClock, ToolStats, message_tokens, reply_tokens
+from reinloop_eval.payments import costly_tools
 from reinloop_eval.report import METRICS, paired, pyplot, save_chart, summarize_runs, write_report
 from reinloop_eval.report import markdown_paired as markdown_paired
 from reinloop_eval.report import markdown_table as markdown_table
 from reinloop_eval.report import paired_all as paired_all
 from reinloop_eval.report import tokens_per_success as tokens_per_success
 from reinloop_eval.simulated import SimulatedModel
-from reinloop_eval.tasks import SUITE, EvalTask
+from reinloop_eval.tasks import SUITE, EvalTask, tasks_for
 from reinloop_eval.tool_faults import faulty_tools
 
 __all__ = [
@@ -103,6 +104,10 @@ class RunRecord:
     # simulated model has no cache: 0).
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    # The costly faults (`FaultProfile.costly`): payments the task did not ask for (a repeat, a mistyped value
+    # sent on: `EvalTask.harmful_executions`), and whether the task was a hopeless one.
+    harmful_executions: int = 0
+    hopeless: bool = False
 
 
 class _CallCounter(BaseCallbackHandler):
@@ -151,24 +156,20 @@ def run_task(agent: str, task: EvalTask, profile: FaultProfile, seed: int, folde
         model: Any = SimulatedModel(
             task=task, profile=profile, seed=shared, protocol=protocol_of(agent), clock=clock, meter=meter
         )
-        tools = default_toolset(workspace, model=model)
+        tools = default_toolset(workspace, model=model) + costly_tools(profile, workspace)
         handles = agent in TOOLS_HANDLE_ERRORS
         timeout = tool_timeout_of(agent)
         tools = faulty_tools(tools, profile, shared, stats, handle_errors=handles, clock=clock, timeout_s=timeout)
     else:
         model = real.model
-        # `profile`'s tool faults (a real benchmark's; none in `run_benchmark`), drawn as with the simulated model.
-        handles, timeout, shared = agent in TOOLS_HANDLE_ERRORS, tool_timeout_of(agent), run_seed(seed, task)
-        tools = default_toolset(workspace, model=model)
-        tools = faulty_tools(tools, profile, shared, stats, handle_errors=handles, clock=clock, timeout_s=timeout)
+        tools = faulty_tools(default_toolset(workspace, model=model), FaultProfile(tool_fault_rate=0.0), 0, stats)
         if real.protocol != "tool_calling" and agent not in REINLOOP_AGENTS:
             # The peers call tools natively: they get the model's protocol as native calls (WrittenToolCalls).
             from reinloop.protocols import get_protocol
             from reinloop_eval.written_calls import WrittenToolCalls
 
             protocol = real.decision_protocol or get_protocol(real.protocol)
-            budget = real.config.get("context_token_budget")  # reinloop's, so every agent has the same
-            model = WrittenToolCalls(model=real.model, protocol=protocol, context_token_budget=budget)
+            model = WrittenToolCalls(model=real.model, protocol=protocol)
     crashed = False
     with _collected_between_runs():
         start = time.perf_counter()
@@ -185,7 +186,7 @@ def run_task(agent: str, task: EvalTask, profile: FaultProfile, seed: int, folde
         agent=agent,
         task=task.id,
         seed=seed,
-        success=not crashed and task.check(workspace, outcome.final),
+        success=not crashed and _succeeded(task, workspace, outcome),
         decisions=decisions,
         rounds=rounds,
         model_calls=meter.calls if real is None else counter.calls,
@@ -201,6 +202,8 @@ def run_task(agent: str, task: EvalTask, profile: FaultProfile, seed: int, folde
         wall_s=round(wall, 4),
         cache_read_tokens=0 if real is None else counter.cache_read_tokens,
         cache_write_tokens=0 if real is None else counter.cache_write_tokens,
+        harmful_executions=task.harmful_executions(workspace),
+        hopeless=task.hopeless,
     )
 
 
@@ -239,16 +242,30 @@ def evaluate_suite(
     progress: Callable[[str, str], None] | None = None,
     real: Any = None,
 ) -> list[RunRecord]:
-    """Every agent on the first `tasks` tasks, each in its own fresh workspace. With `real` (a
+    """Every agent on the first `tasks` tasks (and, with `profile.costly`, on the costly faults' tasks after
+    them: `tasks_for`), each in its own fresh workspace. With `real` (a
     `reinloop.models.ChosenModel`), that model plays instead of the simulated one, with no injected faults."""
     records = []
     with tempfile.TemporaryDirectory(prefix="reinloop-eval-", dir=_scratch_folder()) as folder:
-        for task in SUITE[:tasks]:
+        for task in tasks_for(profile, tasks):
             for agent in agents:
                 records.append(run_task(agent, task, profile, seed, Path(folder), real))
                 if progress:
                     progress(agent, task.id)
     return records
+
+
+# How a run ends without a stop of the agent's own that says why: an answer (on a hopeless task, a made-up one),
+# a reply create_agent could not read, or the evaluation's caps.
+UNTYPED_ENDS = ("answered", "malformed_reply", *HARD_STOPS)
+
+
+def _succeeded(task: EvalTask, workspace: Path, outcome: Outcome) -> bool:
+    """Whether a run that did not crash did its task: the task's check; for a hopeless task, a typed stop (the
+    agent ended the run itself, with a finish that says why, not an answer)."""
+    if task.hopeless:
+        return outcome.finish not in UNTYPED_ENDS
+    return task.check(workspace, outcome.final)
 
 
 def _scratch_folder() -> str | None:

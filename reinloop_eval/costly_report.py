@@ -1,0 +1,125 @@
+"""The costly faults' measures (`FaultProfile.costly`): harmful executions, and what a hopeless task costs
+before the stop, per agent and paired with reinloop; their markdown for report.md and grid.md (empty for runs
+without the costly faults)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from reinloop_eval.faults import COSTLY_FAULT_MODEL, COSTLY_FAULTS
+from reinloop_eval.report import BASELINE, paired, run_tokens
+from reinloop_eval.tasks import COSTLY_TASKS
+
+if TYPE_CHECKING:
+    from reinloop_eval.run import RunRecord
+
+__all__ = ["COSTLY_METRICS", "costly_measures", "costly_section", "costly_section_grid", "markdown_costly"]
+
+# The tasks on which a harmful execution can happen: those that call a non-idempotent tool. Harm is paired over
+# their runs only, the design's fixed part (pairing over every run would resample how many of them there are).
+RISKY_TASKS = frozenset(
+    task.id for task in COSTLY_TASKS if any(step.tool in COSTLY_FAULTS.non_idempotent_tools for step in task.plan)
+)
+
+COSTLY_METRICS = """\
+Harmful executions: payments `send_payment` made that the task did not ask for (its payment made again, a
+payment with another payee or amount, a mistyped value sent on), summed over the runs; paired with reinloop
+over the runs of the tasks that call a non-idempotent tool (the same task and seed), as reinloop's total minus
+the other's, with a 95% interval from the paired bootstrap (the interval of the mean difference, times the
+pairs). Hopeless tasks: typed stops are the runs the agent ended itself with a finish that says why (not an
+answer, not a reply create_agent could not read, not the evaluation's cap, not a crash: the task's success);
+decisions and tokens per hopeless run are the mean over those runs of the decisions (model calls to decide)
+and of every model call's prompt and completion tokens, until the run ended however it ended; paired with
+reinloop as reinloop's mean minus the other's, with a 95% interval."""
+
+
+def costly_measures(records: Sequence[RunRecord], baseline: str = BASELINE) -> dict[str, dict[str, Any]]:
+    """Per agent: harmful executions (total) and hopeless runs (count, typed stops, mean decisions and tokens);
+    for every agent but `baseline`, each paired with it (`paired`). Empty without costly runs."""
+    if not any(record.hopeless for record in records):
+        return {}
+    risky = [record for record in records if record.task in RISKY_TASKS]
+    hopeless = [record for record in records if record.hopeless]
+    table: dict[str, dict[str, Any]] = {}
+    for agent in dict.fromkeys(record.agent for record in records):
+        runs = [record for record in hopeless if record.agent == agent]
+        row: dict[str, Any] = {
+            "harmful_executions": sum(r.harmful_executions for r in records if r.agent == agent),
+            "hopeless_runs": len(runs),
+            "typed_stops": sum(r.success for r in runs),
+            "hopeless_decisions": statistics.mean(r.decisions for r in runs) if runs else 0.0,
+            "hopeless_tokens": statistics.mean(run_tokens(r) for r in runs) if runs else 0.0,
+        }
+        if agent != baseline and any(r.agent == baseline for r in records):
+            row["paired_harmful"] = _total(paired(risky, agent, baseline, _harmful))
+            row["paired_hopeless_decisions"] = paired(hopeless, agent, baseline, _decisions)
+            row["paired_hopeless_tokens"] = paired(hopeless, agent, baseline, run_tokens)
+        table[agent] = row
+    return table
+
+
+def _harmful(record: RunRecord) -> float:
+    return float(record.harmful_executions)
+
+
+def _decisions(record: RunRecord) -> float:
+    return float(record.decisions)
+
+
+def _total(pairing: dict[str, float]) -> dict[str, float]:
+    """A paired mean difference as a difference of totals over the pairs (the interval scaled alike)."""
+    pairs = pairing["pairs"]
+    return {**pairing, **{key: pairing[key] * pairs for key in ("difference", "low", "high")}}
+
+
+def markdown_costly(measures: dict[str, dict[str, Any]], cells: Sequence[str] = (), columns: Sequence[str] = ()) -> str:
+    """One row per agent of `measures` (after the `cells` of `columns`, as a grid point's): harmful executions,
+    hopeless runs' typed stops, decisions and tokens, and each paired with reinloop (reinloop minus the agent,
+    95% interval); the header only when `measures` is empty."""
+    lines = [
+        f"| {''.join(f'{column} | ' for column in columns)}agent | harmful executions | reinloop - agent "
+        "| hopeless runs | typed stops | decisions per hopeless run | reinloop - agent "
+        "| tokens per hopeless run | reinloop - agent |",
+        "|" + " --- |" * (len(columns) + 1) + " ---: |" * 8,
+    ]
+    prefix = "".join(f"{cell} | " for cell in cells)
+    for agent, row in measures.items():
+        lines.append(
+            f"| {prefix}{agent} | {row['harmful_executions']} | {_difference(row.get('paired_harmful'), '{:+.0f}')} | "
+            f"{row['hopeless_runs']} | {row['typed_stops']} | {row['hopeless_decisions']:.1f} | "
+            f"{_difference(row.get('paired_hopeless_decisions'), '{:+.1f}')} | {row['hopeless_tokens']:,.0f} | "
+            f"{_difference(row.get('paired_hopeless_tokens'), '{:+,.0f}')} |"
+        )
+    return "\n".join(lines)
+
+
+def _difference(pairing: dict[str, float] | None, form: str) -> str:
+    if pairing is None:
+        return ""
+    low, high = form.format(pairing["low"]), form.format(pairing["high"])
+    return f"{form.format(pairing['difference'])} ({low} to {high})"
+
+
+def costly_section(measures: dict[str, dict[str, Any]]) -> str:
+    """report.md's section on the costly faults (`costly_measures`), with a blank line after it: empty without
+    them."""
+    if not measures:
+        return ""
+    return f"## Costly faults\n\n{markdown_costly(measures)}\n\n{COSTLY_FAULT_MODEL}\n\n{COSTLY_METRICS}\n\n"
+
+
+def costly_section_grid(points: Sequence[dict[str, Any]]) -> str:
+    """grid.md's section on the costly faults (each point's `costly` measures), with a blank line after it:
+    empty without them."""
+    rows = [point for point in points if point.get("costly")]
+    if not rows:
+        return ""
+    column = ("fault / correct",)
+    tables = [
+        markdown_costly(point["costly"], (f"{point['fault_rate']:g} / {point['correct_rate']:g}",), column)
+        for point in rows
+    ]
+    body = "\n".join([tables[0], *("\n".join(table.splitlines()[2:]) for table in tables[1:])])
+    return f"## Costly faults\n\n{body}\n\n{COSTLY_FAULT_MODEL}\n\n{COSTLY_METRICS}\n\n"
