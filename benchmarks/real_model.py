@@ -71,6 +71,8 @@ def main() -> None:
 
         def advance(agent: str, task: str, seed: int) -> None:
             bar.update(job, advance=1, description=f"{agent} / {task} / seed {seed}")
+            if not console.is_terminal:  # a log (nohup): one line a run
+                console.print(f"{time.perf_counter() - started:7.0f} s  {agent} / {task} / seed {seed}", markup=False)
 
         records = run_sampled(real, tasks, sampling=sampling, agents=args.agents, progress=advance)
         label = "the embedded model" if real.label == LOCAL else real.label
