@@ -162,14 +162,18 @@ def run_task(agent: str, task: EvalTask, profile: FaultProfile, seed: int, folde
         tools = faulty_tools(tools, profile, shared, stats, handle_errors=handles, clock=clock, timeout_s=timeout)
     else:
         model = real.model
-        tools = faulty_tools(default_toolset(workspace, model=model), FaultProfile(tool_fault_rate=0.0), 0, stats)
+        # `profile`'s tool faults (a real benchmark's; none in `run_benchmark`), drawn as with the simulated model.
+        handles, timeout, shared = agent in TOOLS_HANDLE_ERRORS, tool_timeout_of(agent), run_seed(seed, task)
+        tools = default_toolset(workspace, model=model)
+        tools = faulty_tools(tools, profile, shared, stats, handle_errors=handles, clock=clock, timeout_s=timeout)
         if real.protocol != "tool_calling" and agent not in REINLOOP_AGENTS:
             # The peers call tools natively: they get the model's protocol as native calls (WrittenToolCalls).
             from reinloop.protocols import get_protocol
             from reinloop_eval.written_calls import WrittenToolCalls
 
             protocol = real.decision_protocol or get_protocol(real.protocol)
-            model = WrittenToolCalls(model=real.model, protocol=protocol)
+            budget = real.config.get("context_token_budget")  # reinloop's, so every agent has the same
+            model = WrittenToolCalls(model=real.model, protocol=protocol, context_token_budget=budget)
     crashed = False
     with _collected_between_runs():
         start = time.perf_counter()
