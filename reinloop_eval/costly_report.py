@@ -5,7 +5,7 @@ without the costly faults)."""
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from reinloop_eval.faults import COSTLY_FAULT_MODEL, COSTLY_FAULTS
@@ -45,12 +45,16 @@ def costly_measures(records: Sequence[RunRecord], baseline: str = BASELINE) -> d
     table: dict[str, dict[str, Any]] = {}
     for agent in dict.fromkeys(record.agent for record in records):
         runs = [record for record in hopeless if record.agent == agent]
+        mine = [record for record in records if record.agent == agent]
         row: dict[str, Any] = {
-            "harmful_executions": sum(r.harmful_executions for r in records if r.agent == agent),
+            "harmful_executions": sum(r.harmful_executions for r in mine),
             "hopeless_runs": len(runs),
             "typed_stops": sum(r.success for r in runs),
             "hopeless_decisions": statistics.mean(r.decisions for r in runs) if runs else 0.0,
             "hopeless_tokens": statistics.mean(run_tokens(r) for r in runs) if runs else 0.0,
+            # the spread across seeds: (lowest, highest) of the seeds' totals and means
+            "harmful_seeds": _spread(mine, lambda group: sum(r.harmful_executions for r in group)),
+            "hopeless_tokens_seeds": _spread(runs, lambda group: statistics.mean(map(run_tokens, group))),
         }
         if agent != baseline and any(r.agent == baseline for r in records):
             row["paired_harmful"] = _total(paired(risky, agent, baseline, _harmful))
@@ -58,6 +62,13 @@ def costly_measures(records: Sequence[RunRecord], baseline: str = BASELINE) -> d
             row["paired_hopeless_tokens"] = paired(hopeless, agent, baseline, run_tokens)
         table[agent] = row
     return table
+
+
+def _spread(records: Sequence[RunRecord], value: Callable[[list[RunRecord]], float]) -> tuple[float, float]:
+    """The lowest and highest `value` of `records` grouped by seed ((0, 0) without records)."""
+    seeds = {record.seed for record in records}
+    values = [value([record for record in records if record.seed == seed]) for seed in seeds] or [0.0]
+    return min(values), max(values)
 
 
 def _harmful(record: RunRecord) -> float:
@@ -77,7 +88,8 @@ def _total(pairing: dict[str, float]) -> dict[str, float]:
 def markdown_costly(measures: dict[str, dict[str, Any]], cells: Sequence[str] = (), columns: Sequence[str] = ()) -> str:
     """One row per agent of `measures` (after the `cells` of `columns`, as a grid point's): harmful executions,
     hopeless runs' typed stops, decisions and tokens, and each paired with reinloop (reinloop minus the agent,
-    95% interval); the header only when `measures` is empty."""
+    95% interval); over several seeds, the harmful executions and the tokens per hopeless run are followed by
+    their spread across the seeds (the lowest and highest seed's); the header only when `measures` is empty."""
     lines = [
         f"| {''.join(f'{column} | ' for column in columns)}agent | harmful executions | reinloop - agent "
         "| hopeless runs | typed stops | decisions per hopeless run | reinloop - agent "
@@ -87,12 +99,19 @@ def markdown_costly(measures: dict[str, dict[str, Any]], cells: Sequence[str] = 
     prefix = "".join(f"{cell} | " for cell in cells)
     for agent, row in measures.items():
         lines.append(
-            f"| {prefix}{agent} | {row['harmful_executions']} | {_difference(row.get('paired_harmful'), '{:+.0f}')} | "
-            f"{row['hopeless_runs']} | {row['typed_stops']} | {row['hopeless_decisions']:.1f} | "
-            f"{_difference(row.get('paired_hopeless_decisions'), '{:+.1f}')} | {row['hopeless_tokens']:,.0f} | "
+            f"| {prefix}{agent} | {row['harmful_executions']}{_seeds(row['harmful_seeds'], '{:.0f}')} | "
+            f"{_difference(row.get('paired_harmful'), '{:+.0f}')} | {row['hopeless_runs']} | {row['typed_stops']} | "
+            f"{row['hopeless_decisions']:.1f} | {_difference(row.get('paired_hopeless_decisions'), '{:+.1f}')} | "
+            f"{row['hopeless_tokens']:,.0f}{_seeds(row['hopeless_tokens_seeds'], '{:,.0f}')} | "
             f"{_difference(row.get('paired_hopeless_tokens'), '{:+,.0f}')} |"
         )
     return "\n".join(lines)
+
+
+def _seeds(spread: Sequence[float], form: str) -> str:
+    """` (lowest-highest)` across the seeds, or nothing when they are one value (one seed)."""
+    low, high = spread
+    return "" if low == high else f" ({form.format(low)}-{form.format(high)})"
 
 
 def _difference(pairing: dict[str, float] | None, form: str) -> str:

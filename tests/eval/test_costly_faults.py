@@ -135,6 +135,8 @@ def test_a_hopeless_task_is_done_well_only_by_a_quick_typed_stop_and_the_report_
     measures = costly_measures(records)
     assert measures["reinloop"]["typed_stops"] == 4 and measures["create_agent"]["typed_stops"] == 0
     assert measures["create_agent + middleware"]["paired_hopeless_tokens"]["high"] < 0  # reinloop spends fewer
+    ours = measures["reinloop"]
+    assert ours["hopeless_tokens_seeds"] == (ours["hopeless_tokens"],) * 2  # one seed: no spread
     write_report(records, COSTLY_NO_FAULTS, 0, tmp_path)
     assert "## Costly faults" in (tmp_path / "report.md").read_text()
     assert json.loads((tmp_path / "report.json").read_text())["costly"]["reinloop"]["hopeless_runs"] == 4
