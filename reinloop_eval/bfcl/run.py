@@ -20,8 +20,16 @@ from typing import Any
 from langchain_core.tools import BaseTool
 
 from reinloop.text import truncate
-from reinloop_eval import agents
-from reinloop_eval.agents import REASKING, TOOLS_HANDLE_ERRORS, Outcome, _runners, protocol_of, tool_timeout_of
+from reinloop_eval.agents import (
+    FAIR_PEER,
+    REASKING,
+    REINLOOP_AGENTS,
+    TOOLS_HANDLE_ERRORS,
+    Outcome,
+    _runners,
+    protocol_of,
+    tool_timeout_of,
+)
 from reinloop_eval.bfcl.bridge import Bfcl
 from reinloop_eval.bfcl.tasks import BfclTask, Executed, bfcl_tools, call_text
 from reinloop_eval.faults import FaultProfile
@@ -33,11 +41,8 @@ from reinloop_eval.tool_faults import faulty_tools
 
 __all__ = ["BFCL_AGENTS", "BfclRecord", "replay_faults", "run_bfcl", "run_task", "turn_prompt"]
 
-# reinloop, the re-asking peer and the fair best peer (`agents.FAIR_PEER`, where the evaluation has it): the
-# agents BFCL runs by default. The agents that are reinloop (its ablations too) get a real model as it is.
-FAIR_PEER: str | None = getattr(agents, "FAIR_PEER", None)
-REINLOOP_AGENTS: tuple[str, ...] = getattr(agents, "REINLOOP_AGENTS", ("reinloop",))
-BFCL_AGENTS = ("reinloop", REASKING, *((FAIR_PEER,) if FAIR_PEER else ()))
+# reinloop, the re-asking peer and the fair best peer: the agents BFCL runs by default.
+BFCL_AGENTS = ("reinloop", REASKING, FAIR_PEER)
 FINAL_ANSWER = "Done."  # the replaying model's answer once a turn's calls are made (BFCL scores only the calls)
 RECAP = "Earlier in this conversation:"
 RECAP_RESULT_CHARS = 300  # of each earlier call's result in the recap
@@ -195,13 +200,16 @@ class _TaskRun:
 
 def _real_model(agent: str, real: Any) -> Any:
     """The real model as `agent` meets it: the peers call tools natively, so a model that writes its calls as
-    text reaches them through the same protocol reinloop uses, read as native calls (`WrittenToolCalls`)."""
+    text reaches them through the same protocol reinloop uses, read as native calls (`WrittenToolCalls`), their
+    prompts held to reinloop's context budget, as the evaluation's real-model runs hold them."""
     if real.protocol == "tool_calling" or agent in REINLOOP_AGENTS:
         return real.model
     from reinloop.protocols import get_protocol
     from reinloop_eval.written_calls import WrittenToolCalls
 
-    return WrittenToolCalls(model=real.model, protocol=real.decision_protocol or get_protocol(real.protocol))
+    protocol = real.decision_protocol or get_protocol(real.protocol)
+    budget = real.config.get("context_token_budget")
+    return WrittenToolCalls(model=real.model, protocol=protocol, context_token_budget=budget)
 
 
 def turn_prompt(task: BfclTask, turn: int, executed: Executed, answers: Sequence[str | None]) -> str:
