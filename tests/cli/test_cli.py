@@ -17,6 +17,7 @@ import pytest
 
 from reinloop.checkpoint import open_checkpointer
 from reinloop.cli import BUSY, EXIT_CODES
+from reinloop_eval.agents import AGENTS
 from tests.openai_server import ScriptedOpenAIServer
 from tests.test_checkpointers import BAD_FILES, damage, saved_thread, unchanged
 
@@ -140,10 +141,8 @@ def test_eval_presets_adds_a_row_per_seed_preset(home):
     assert done.returncode == 0, done.stderr
     report = json.loads((home / "report" / "report.json").read_text())
     rows = list(report["summary"])
-    assert rows[:5] == [
-        "naive loop", "create_agent", "create_agent + middleware", "create_agent + middleware + re-ask", "reinloop"
-    ]  # fmt: skip
-    assert rows[5:] == ["preset seed-000", "preset seed-002", "preset seed-003", "preset seed-004"]
+    assert rows[: len(AGENTS)] == list(AGENTS)  # the peers, the fair one included, reinloop and its ablations
+    assert rows[len(AGENTS) :] == ["preset seed-000", "preset seed-002", "preset seed-003", "preset seed-004"]
     assert "| preset seed-004 |" in done.stdout
 
 
@@ -151,8 +150,9 @@ def test_eval_grid_prints_the_table_and_writes_markdown_json_and_png(home):
     done = cli("eval", "--grid", "--tasks", "2", "--fault-rates", "0.2", "0.4", "--correct-rates", "0.5",
                "--seeds", "3", "4", "--runaway-rate", "1", "--out", "grid", home=home)  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert "| 0.2 / 0.5 |" in done.stdout and "| 0.4 / 0.5 |" in done.stdout and "reinloop - best peer" in done.stdout
+    assert "| 0.2 / 0.5 |" in done.stdout and "| 0.4 / 0.5 |" in done.stdout  # the table, wrapped to the terminal
     assert {p.name for p in (home / "grid").iterdir()} == {"grid.md", "grid.json", "grid.png"}
+    assert "reinloop - best peer" in (home / "grid" / "grid.md").read_text()
     data = json.loads((home / "grid" / "grid.json").read_text())
     assert data["settings"]["seeds"] == [3, 4] and data["settings"]["runaway_rate"] == 1.0
     assert [point["fault_rate"] for point in data["points"]] == [0.2, 0.4]
@@ -192,12 +192,12 @@ def test_eval_option_mistakes_are_usage_errors(home, args, message):
 
 
 def test_eval_against_a_real_model_server_has_no_injected_faults(server, home):
-    server.replies = [{"tool": "calculator", "args": {"expression": "23 * 19"}}, "The result is 437."] * 5
+    server.replies = [{"tool": "calculator", "args": {"expression": "23 * 19"}}, "The result is 437."] * len(AGENTS)
     done = cli("eval", "--tasks", "1", "--base-url", server.base_url, "--out", "real", home=home)
     assert done.returncode == 0, done.stderr
     report = json.loads((home / "real" / "report.json").read_text())
     assert report["settings"]["fault_rate"] == 0.0
-    assert [run["success"] for run in report["runs"]] == [True] * 5
+    assert [run["success"] for run in report["runs"]] == [True] * len(AGENTS)
     assert all(run["model_calls"] == 2 for run in report["runs"])
 
 
