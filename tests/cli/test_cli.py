@@ -457,8 +457,11 @@ def ctrl_c(
     the group) once `once` is set, or once the command has printed it on stderr. Returns the finished command,
     the seconds from Ctrl-C to its exit, and the processes of its session still running a moment later (its
     model server, tool workers)."""
+    # Ctrl-C at its default: a shell's background job (`nohup bash .ci/run &`) starts with SIGINT ignored, which
+    # the command would inherit and never see the Ctrl-C.
     started = subprocess.Popen([REINLOOP, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=environment(home, env), cwd=home, start_new_session=True)  # fmt: skip
+                               env=environment(home, env), cwd=home, start_new_session=True,
+                               preexec_fn=_sigint_at_default)  # fmt: skip
     said = threading.Event()
     out, err = _reader(started.stdout), _reader(started.stderr, once if isinstance(once, str) else None, said)
     try:
@@ -472,6 +475,10 @@ def ctrl_c(
             os.killpg(started.pid, signal.SIGKILL)
     done = subprocess.CompletedProcess(args, started.returncode, "".join(out()), "".join(err()))
     return done, took, _left_in(started.pid)
+
+
+def _sigint_at_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _reader(stream, text: str | None = None, said: threading.Event | None = None):
