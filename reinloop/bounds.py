@@ -1,18 +1,18 @@
 """The worst case of every guard, from the settings alone (`AgentConfig.worst_case()`).
 
-For each runaway model a guard is for (one call a decision, as the issue's probes made them), the latest
-round it stops, with the decisions (model calls of decide, parse retries included), tool executions
-(retries included) and tokens spent by then; and for any model that never gets a real tool success, and for
-the whole run. The figures follow from the rules of `reinloop.guards` (the property tests in
-tests/guards/test_bounds.py run every runaway against them): each round adds an error or a stalled decision, the
-error streak trips at its threshold (a round later with the reflection turn), the dead-loop rule after
-`max_stalled` stalled decisions, and each re-plan buys one round, since the guards keep what they know.
+For each runaway model a guard is for (one call a decision, as the issue's probes made them), the latest round it
+stops, with the decisions (model calls of decide, parse retries included), tool executions (retries included) and
+tokens spent by then; and for the whole run. The figures follow from the rules of `reinloop.guards` (the property
+tests in tests/guards/test_bounds.py run every runaway against them): each round of a runaway a guard is for adds
+an error or a stalled decision, the error streak trips at its threshold (a round later with the reflection turn),
+the dead-loop rule after `max_stalled` stalled decisions, and each re-plan buys one round, since the guards keep
+what they know. The model's own mistakes (unreadable replies, unknown tools, invalid arguments) are no guard's:
+`max_iterations` and the token budgets end them (docs/guards.md says what limiting them cost).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from math import ceil
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, get_args
 
 if TYPE_CHECKING:
@@ -30,7 +30,6 @@ Runaway = Literal[
     "empty_results",  # a call with new arguments each time, always an empty ("pseudo-success") result
     "invalid_calls",  # a call with new invalid arguments each time
     "unreadable_replies",  # replies that cannot be read: empty, malformed, text that is neither answer nor call
-    "no_success",  # any model that never gets a real tool success
     "any",  # any model: the whole run
 ]
 RUNAWAYS: tuple[Runaway, ...] = get_args(Runaway)
@@ -45,7 +44,6 @@ _WHAT: dict[Runaway, str] = {
     "empty_results": "empty results, new arguments each time",
     "invalid_calls": "invalid arguments, new each time",
     "unreadable_replies": "unreadable replies (empty, malformed, neither answer nor call)",
-    "no_success": "any model without a real tool success",
     "any": "any model (the whole run)",
 }
 
@@ -131,29 +129,29 @@ class _Rules:
     def bound(self, runaway: Runaway) -> Bound:
         s = self.settings
         if runaway == "any":
-            stops = ("max_iterations", "dead_loop", "error_streak", "max_tool_attempts", "token_budget")
-            return self._made(runaway, stops, s.max_iterations, 1 + s.max_parse_retries, None)
-        if runaway == "unreadable_replies":
-            per_round = 1 + s.max_parse_retries  # and as many errors
-            first = ceil(s.error_threshold / per_round) + int(s.error_reflection)
-            return self._stopped(runaway, first, None, per_round, 0)
-        if runaway == "no_success":
-            # Every round adds an error or a stalled decision; at most max_stalled stalled ones between errors.
-            first = self.error_trip * (s.max_stalled + 1)
-            bound = self._stopped(runaway, first, None, 1 + s.max_parse_retries, 0, reasons=("dead_loop",))
-            return replace(bound, executions=self.tool_budget)  # any calls, failing or refused
+            return self._made(
+                runaway,
+                ("max_iterations", "dead_loop", "error_streak", "max_tool_attempts", "token_budget"),
+                s.max_iterations,
+                1 + s.max_parse_retries,
+                None,
+            )
+        if runaway in ("unreadable_replies", "invalid_calls"):
+            # The model's mistakes: no errors of the streak, never judged as repeats, and nothing runs.
+            per_round = 1 + s.max_parse_retries if runaway == "unreadable_replies" else 1
+            return self._made(runaway, ("max_iterations",), s.max_iterations, per_round, 0)
         if runaway in ("same_call", "two_calls_in_turn", "three_calls_in_turn"):
             calls = {"same_call": 1, "two_calls_in_turn": 2, "three_calls_in_turn": 3}[runaway]
             return self._known(runaway, calls)
         if runaway == "same_uncached_call":
             runs = self.runs_before_refusal
             return self._repeats(runaway, runs, errors=False)
-        if runaway == "same_failing_call" or s.loop_key == "tool":
-            # Keyed on the tool, new arguments are repeats of the tool too; invalid calls never run.
-            return self._repeats(runaway, self.runs_before_refusal, errors=True, runs_tool=runaway != "invalid_calls")
-        # New arguments each time: every round an error, never a repeat.
-        executions = 0 if runaway == "invalid_calls" else None
-        return self._stopped(runaway, self.error_trip, None, 1, executions)
+        if s.loop_key == "tool":
+            # Keyed on the tool, new arguments are repeats of the tool too, refused whatever their outcomes.
+            return self._repeats(runaway, self.runs_before_refusal, errors=True)
+        # Keyed on the call: a failing call is never refused (the model may retry what may pass), and new
+        # arguments are never a repeat: every round an error.
+        return self._stopped(runaway, self.error_trip, None, 1, None)
 
     def _known(self, runaway: Runaway, calls: int) -> Bound:
         """Successful calls taking turns: each runs once, then is answered from cache while in the horizon."""
@@ -164,17 +162,16 @@ class _Rules:
             return self._repeats(runaway, self.runs_before_refusal, errors=False)
         return self._made(runaway, ("max_iterations",), s.max_iterations, 1, s.max_iterations)
 
-    def _repeats(self, runaway: Runaway, runs: int | None, errors: bool, runs_tool: bool = True) -> Bound:
+    def _repeats(self, runaway: Runaway, runs: int | None, errors: bool) -> Bound:
         """A call (or tool) repeated: it runs `runs` rounds (None: every round), then is refused each round."""
         s = self.settings
-        failing = None if runs_tool else 0  # None: counted as failing calls that reach the tool
         if runs is None:
             if not errors:
                 return self._made(runaway, ("max_iterations",), s.max_iterations, 1, s.max_iterations)
-            return self._stopped(runaway, self.error_trip, None, 1, failing)
+            return self._stopped(runaway, self.error_trip, None, 1, None)
         error_trip = self.error_trip if errors and self.error_trip <= runs else None
         stalled_trip = runs + s.max_stalled + 1
-        return self._stopped(runaway, error_trip, stalled_trip, 1, failing if errors else runs, runs=runs)
+        return self._stopped(runaway, error_trip, stalled_trip, 1, None if errors else runs, runs=runs)
 
     def _stopped(
         self,
@@ -185,7 +182,6 @@ class _Rules:
         executions: int | None,
         *,
         runs: int | None = None,
-        reasons: tuple[str, ...] = (),
     ) -> Bound:
         """The bound when the error streak first trips in round `error_trip` and the dead-loop rule in round
         `stalled_trip` (None: never): each re-plan then buys one round, since both stay tripped. `executions`
@@ -197,7 +193,7 @@ class _Rules:
         # after feedback) may trip it sooner than `stalled_trip` whenever it applies.
         usual = "dead_loop" if stalled_trip is not None and last >= stalled_trip else "error_streak"
         sooner = ("dead_loop",) if stalled_trip is not None else ()
-        stops = tuple(dict.fromkeys((usual, *sooner, *reasons)))
+        stops = tuple(dict.fromkeys((usual, *sooner)))
         if last > s.max_iterations:
             last, stops = s.max_iterations, (*stops, "max_iterations")
         if executions is None:

@@ -73,9 +73,9 @@ class AgentConfig(BaseModel):
         3,
         ge=1,
         description=(
-            "Errors since the last real tool success (any kind but refused repeats; every reply that could not "
-            "be read is one, its parse retries' included) that end the run as error_streak. With "
-            "error_reflection, reaching it first grants one reflection turn."
+            "Errors of the tools since the last real tool success (not refused repeats, nor the model's own "
+            "mistakes: an unreadable reply, an unknown tool, invalid arguments, which max_iterations bounds) that "
+            "end the run as error_streak. With error_reflection, reaching it first grants one reflection turn."
         ),
     )
     error_reflection: bool = Field(
@@ -117,7 +117,9 @@ class AgentConfig(BaseModel):
         ge=1,
         description=(
             "Identical calls allowed within loop_window; one more is refused with feedback, not run (the "
-            "seeds' dead-loop rule; the breaker waits for repeats_after_feedback)."
+            "seeds' dead-loop rule; the breaker waits for repeats_after_feedback). Keyed on the call, it refuses "
+            "only a call whose latest run succeeded (a tool with cacheable=False): a failed call runs again, "
+            "unless it may have had its effect and its tool is declared idempotent=False."
         ),
     )
     loop_key: LoopKey = Field(

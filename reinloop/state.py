@@ -156,8 +156,9 @@ class CallRecord(TypedDict):
     # The tool called, for the repeat guards keyed on the tool (`AgentConfig.loop_key`). Absent in a record
     # saved before it existed: such a record counts towards its signature only, never towards a tool.
     name: NotRequired[str]
-    # ran and succeeded; ran and failed, or was rejected as invalid; answered from cache; refused as a repeat
-    outcome: Literal["ok", "failed", "cached", "refused"]
+    # ran and succeeded; ran and failed (in a record saved before "invalid" existed: or failed validation);
+    # failed validation; ran with an outcome in doubt; answered from cache; refused as a repeat
+    outcome: Literal["ok", "failed", "invalid", "in_doubt", "cached", "refused"]
     # The observation of a success (ok or cached), or the result a refused repeat already had, for answering an
     # identical call.
     result: str | None
@@ -171,6 +172,9 @@ class ToolOutcome(TypedDict):
     content: str  # the observation text sent back to the model
     error_kind: ErrorKind | None
     attempts: int  # how often the tool ran for it, retries included (0: not run)
+    # It may have had its effect (a timeout or a lost connection, or a process that died while it ran), and its
+    # tool is declared not idempotent: an identical call is not run again. Absent: False.
+    in_doubt: NotRequired[bool]
     # The tool's artifact (response_format="content_and_artifact", as MCP tools' structured content): kept on
     # the call's ToolMessage for the application, never shown to the model. Absent: none, or not storable.
     artifact: NotRequired[Any]
@@ -321,7 +325,7 @@ class AgentState(TypedDict, total=False):
     # Rounds left before max_iterations trips; check_finish counts down, None means a fresh
     # config.max_iterations (a new run, or a resume without extra_iterations).
     iterations_left: int | None
-    # Errors since the last real tool success (any kind but refused repeats; every unreadable reply one);
+    # Errors since the last real tool success (any kind but refused repeats and the model's own mistakes);
     # observe increments, a real tool success resets; an answer from cache leaves it as it is.
     consecutive_errors: int
     # One line per error of the current streak (the last `error_threshold`), for the reflection turn;

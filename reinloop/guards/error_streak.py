@@ -1,11 +1,13 @@
 """The error streak (`error_streak`): errors since the last real tool success get one reflection turn, then end
 the run.
 
-Every error of a round counts once (a call retried in place included), and so does every unreadable reply; the
-repeat guards' refusals do not (`dead_loop` counts those). A real tool success resets the streak, an answer
-from cache leaves it. At `threshold` the run goes on with a reflection turn (with `reflection`); the guard trips
-when the errors continue after it (at the threshold without it), and on every later round until a real tool
-success. Its state: `consecutive_errors`, `streak_errors`, `reflected_at`.
+Every error of a round's valid calls counts once (a call retried in place included). The model's own mistakes
+that are caught before anything runs do not (`MODEL_MISTAKES`: an unreadable reply, an unknown tool, invalid
+arguments: their feedback says what to fix, and `max_iterations` bounds them), nor do the repeat guards'
+refusals (`dead_loop` counts those). A real tool success resets the streak, an answer from cache leaves it. At
+`threshold` the run goes on with a reflection turn (with `reflection`); the guard trips when the errors continue
+after it (at the threshold without it), and on every later round until a real tool success. Its state:
+`consecutive_errors`, `streak_errors`, `reflected_at`.
 """
 
 from __future__ import annotations
@@ -13,20 +15,19 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, ClassVar
 
-from langchain_core.messages import ToolMessage
-
-from reinloop.guards.base import QUOTE_CHARS, Guard, Note, Round, Stop, at_least, called
+from reinloop.guards.base import Guard, Note, Round, Stop, at_least, called
 from reinloop.guards.repeats import REFUSALS
-from reinloop.memory.window import is_error_note
-from reinloop.state import AgentState, RunState
+from reinloop.state import AgentState, ErrorKind, RunState
 from reinloop.text import counted, gist, truncate
 
-__all__ = ["REFLECTION_TEMPLATE", "STOP_TEMPLATE", "STREAK_LINE_CHARS", "ErrorStreak", "listed"]
+__all__ = ["MODEL_MISTAKES", "REFLECTION_TEMPLATE", "STOP_TEMPLATE", "STREAK_LINE_CHARS", "ErrorStreak", "listed"]
 
 STOP_TEMPLATE = "Stopped: {error_count} in a row (the limit is {threshold}). The last one: {last_error}"
 REFLECTION_TEMPLATE = (
     "Your last {count} attempts failed:\n{errors}\nTry another tool, other arguments, or answer with what you know."
 )
+# The model's mistakes caught before any tool runs, which the streak does not count (an unreadable reply neither).
+MODEL_MISTAKES: frozenset[ErrorKind] = frozenset({"unknown_tool", "invalid_args"})
 # One error of the streak, as the reflection turn lists it: the call and the error's first sentence.
 STREAK_LINE_CHARS = 100
 
@@ -45,12 +46,9 @@ class ErrorStreak(Guard):
     def observe(self, round: Round, state: AgentState) -> dict[str, Any]:
         errors, reflected_at = state.get("consecutive_errors", 0), state.get("reflected_at")
         lines = list(state.get("streak_errors") or [])
-        if round.unreadable:
-            why = "could not be read" + (f" ({round.parse_error})" if round.parse_error is not None else "")
-            errors, lines = errors + round.unreadable, [*lines, *[_line("your reply", why)] * round.unreadable]
         for seen in round.calls:
-            if seen.error_kind in REFUSALS:
-                continue  # the repeat guards' own feedback: the dead-loop escalation counts these, not the streak
+            if seen.error_kind in REFUSALS or seen.error_kind in MODEL_MISTAKES:
+                continue  # the repeat guards' own feedback (dead_loop counts it), or the model's mistake
             if seen.error_kind is not None:
                 errors, lines = errors + 1, [*lines, _line(called(seen.check), seen.content)]
             elif seen.outcome is not None:  # a real tool success; an answer from cache is not one
@@ -69,9 +67,8 @@ class ErrorStreak(Guard):
             return Note(text, {"reflected_at": errors})
         if self.reflection and errors <= (reflected_at or 0):
             return None
-        message = STOP_TEMPLATE.format(
-            error_count=counted(errors, "error"), threshold=self.threshold, last_error=_last_error(state)
-        )
+        last = failed[-1] if failed else "(none recorded)"
+        message = STOP_TEMPLATE.format(error_count=counted(errors, "error"), threshold=self.threshold, last_error=last)
         return Stop(message, replan="your attempts keep failing:", failed=failed)
 
 
@@ -84,12 +81,3 @@ def listed(errors: list[str]) -> str:
 def _line(what: str, text: str) -> str:
     # Cut once, as a whole line, so the marker counts every character cut.
     return truncate(f"{what}: {gist(text)}", STREAK_LINE_CHARS)
-
-
-def _last_error(state: AgentState) -> str:
-    for message in reversed(state.get("messages", [])):
-        if isinstance(message, ToolMessage) and message.status == "error":
-            return truncate(message.text, QUOTE_CHARS)
-        if is_error_note(message):  # an unreadable reply's note
-            return truncate(message.text, QUOTE_CHARS)
-    return "(none recorded)"

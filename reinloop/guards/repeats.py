@@ -25,6 +25,7 @@ __all__ = [
     "DEAD_LOOP_STALLED_TEMPLATE",
     "DEAD_LOOP_TEMPLATE",
     "DEAD_LOOP_TOOL_TEMPLATE",
+    "IN_DOUBT_REPEAT_TEMPLATE",
     "REFUSALS",
     "REPEATED_CALL_TEMPLATE",
     "REPEATED_TOOL_TEMPLATE",
@@ -39,6 +40,10 @@ REPEATED_CALL_TEMPLATE = (
 )
 REPEATED_TOOL_TEMPLATE = (
     "Error: not run: {name!r} was called {count} times in {window} decisions. Use another tool, or answer."
+)
+IN_DOUBT_REPEAT_TEMPLATE = (
+    "Error: not run: an identical {name!r} call before it may or may not have had its effect, and {name!r} is "
+    "not safe to run twice. Check whether it took effect (with a read-only tool, or ask the user), or answer."
 )
 DEAD_LOOP_TEMPLATE = (
     "Error: not run. This exact {name!r} call was already {answered} {count} times in the last {window} "
@@ -73,18 +78,23 @@ class RepeatCounts:
     """What becomes of each call of a decision, over the earlier decisions of the window and the calls of this
     one judged so far.
 
-    An identical call is the same tool with the same canonical arguments (invalid arguments: as sent). The
-    dead-loop horizon is the last `loop_window` + max(`repeats_after_feedback`, `repeats_after_cache`) decisions
-    that called tools, the current one included. Each call is judged in order, by the first rule that applies:
+    An identical call is the same tool with the same canonical arguments. The dead-loop horizon is the last
+    `loop_window` + max(`repeats_after_feedback`, `repeats_after_cache`) decisions that called tools, the current
+    one included. A call that failed validation is not judged and counts nowhere: it keeps its validation error,
+    which says what to fix. Each other call is judged in order, by the first rule that applies:
 
     1. The model was already refused for this call more than `repeats_after_feedback` times, or answered from
        cache for it more than `repeats_after_cache` times, within the horizon: refused
        (`repeat_after_feedback`), and `dead_loop` ends the run.
     2. Its latest outcome within the horizon is a success (it ran, or was answered from cache) and the tool is
        cacheable: answered from cache, that is with the earlier observation and a note; it does not run.
-    3. It is requested more than `max_repeats` times within the last `loop_window` decisions (the seeds'
-       dead-loop rule): refused with feedback (`repeated_call`); it does not run.
-    4. Otherwise it runs, or gets its validation error.
+    3. Its latest outcome within the horizon is in doubt (it may have had its effect, and its tool is not safe
+       to run twice): refused (`repeated_call`), with a note to check whether it took effect.
+    4. It is requested more than `max_repeats` times within the last `loop_window` decisions (the seeds'
+       dead-loop rule), and its latest outcome is a success (keyed on the tool: whatever the outcomes): refused
+       with feedback (`repeated_call`); it does not run. A call whose latest run failed runs again: the model's
+       retry of a fault that may pass (one that lasts is the error streak's to stop).
+    5. Otherwise it runs.
 
     Answers from cache and refusals are the result messages of their calls; they are not tool runs (a refusal
     of rule 1 keeps the call's result known in the record, so the refusals cannot make it run again).
@@ -98,6 +108,8 @@ class RepeatCounts:
     refused: Counter[str] = field(default_factory=Counter)
     # The latest success of each call, by signature (None after a failure), as the observation the model was sent.
     results: dict[str, str | None] = field(default_factory=dict)
+    # The calls whose latest outcome is in doubt, by signature.
+    in_doubt: set[str] = field(default_factory=set)
 
     @classmethod
     def over(cls, window: list[list[CallRecord]], guard: DeadLoop) -> RepeatCounts:
@@ -105,7 +117,8 @@ class RepeatCounts:
         # A window holds the current decision's place too: the earlier decisions are its last size - 1.
         for records in _earlier(window, guard.loop_window):
             for entry in records:
-                counts.requests[counts._record_key(entry)] += 1
+                if entry["outcome"] != "invalid":
+                    counts.requests[counts._record_key(entry)] += 1
         # Results and repeats after feedback are kept over the longer horizon: a call whose result is known is
         # answered from cache whatever order the calls come in, and a dead loop can trip even once
         # repeats_after_feedback reaches loop_window - 1.
@@ -120,6 +133,8 @@ class RepeatCounts:
     def judge(self, check: CallCheck) -> CallCheck:
         """`check` as the rules decide: unchanged (it runs, or keeps its validation error), answered from
         cache, or refused."""
+        if check["error_kind"] is not None:
+            return check
         key, window = self._key(check["name"], check["signature"]), self.guard.loop_window
         self.requests[key] += 1
         cached = self._cached(check)
@@ -129,7 +144,12 @@ class RepeatCounts:
         if cached is not None:
             self.cached[key] += 1
             return {**check, "cached": cached}
-        if (count := self.requests[key]) > self.guard.max_repeats:
+        if check["signature"] in self.in_doubt:
+            self.refused[key] += 1
+            message = IN_DOUBT_REPEAT_TEMPLATE.format(name=check["name"])
+            return {**check, "error_kind": "repeated_call", "error": message}
+        succeeded = self.guard.loop_key == "tool" or self.results.get(check["signature"]) is not None
+        if (count := self.requests[key]) > self.guard.max_repeats and succeeded:
             self.refused[key] += 1
             template = _TEMPLATES[self.guard.loop_key][0]
             message = template.format(name=check["name"], count=count, window=window)
@@ -151,7 +171,7 @@ class RepeatCounts:
         return {**check, "error_kind": "repeat_after_feedback", "error": message}
 
     def _cached(self, check: CallCheck) -> str | None:
-        if check["error_kind"] is not None or not check.get("cacheable", False):
+        if not check.get("cacheable", False):
             return None
         return self.results.get(check["signature"])
 
@@ -166,14 +186,17 @@ class RepeatCounts:
         return self._key(name, entry["signature"]) if name is not None else entry["signature"]
 
     def _learn(self, entry: CallRecord) -> None:
-        signature = entry["signature"]
-        if entry["outcome"] == "refused":
+        signature, outcome = entry["signature"], entry["outcome"]
+        if outcome == "refused":
             if entry["result"] is not None:  # a refused repeat of a call whose result was known: still known
                 self.results[signature] = entry["result"]
-        elif entry["outcome"] in ("ok", "cached"):
+        elif outcome in ("ok", "cached"):
             self.results[signature] = entry["result"]
-        elif entry["outcome"] == "failed":
+            self.in_doubt.discard(signature)
+        elif outcome in ("failed", "in_doubt"):
             self.results[signature] = None
+            if outcome == "in_doubt":
+                self.in_doubt.add(signature)
 
 
 def record(check: CallCheck, outcome: ToolOutcome | None) -> CallRecord:
@@ -183,6 +206,10 @@ def record(check: CallCheck, outcome: ToolOutcome | None) -> CallRecord:
         return CallRecord(signature=signature, name=name, outcome="cached", result=check.get("cached"))
     if check["error_kind"] in REFUSALS:
         return CallRecord(signature=signature, name=name, outcome="refused", result=check.get("known"))
+    if check["error_kind"] in ("invalid_args", "unknown_tool"):
+        return CallRecord(signature=signature, name=name, outcome="invalid", result=None)
+    if outcome is not None and outcome.get("in_doubt"):
+        return CallRecord(signature=signature, name=name, outcome="in_doubt", result=None)
     if outcome is None or outcome["error_kind"] is not None:
         return CallRecord(signature=signature, name=name, outcome="failed", result=None)
     return CallRecord(signature=signature, name=name, outcome="ok", result=outcome["content"])

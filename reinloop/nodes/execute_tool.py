@@ -82,7 +82,9 @@ def _execute_tool(check: CallCheck, ctx: AgentContext, config: RunnableConfig) -
     entry = ctx.middleware.wrapped(ctx.registry[name], check["call_id"], ctx)
     if not entry.idempotent and _in_flight_at_a_crash(config):
         doubt = InDoubtCall(call_id=check["call_id"], name=name, args=check["args"], key=check["key"])
-        update = _outcome(check, UNKNOWN_OUTCOME_TEMPLATE.format(name=name), "unknown_outcome", attempts=0)
+        update = _outcome(
+            check, UNKNOWN_OUTCOME_TEMPLATE.format(name=name), "unknown_outcome", attempts=0, in_doubt=True
+        )
         return {**update, "in_doubt": [doubt]}
     # One key for every attempt: a retry of a call that had its effect finds it, as a re-run after a crash does.
     # A plain merge: LangGraph's node config is complete, and the tool's own invoke copies what it changes
@@ -98,14 +100,19 @@ def _execute_tool(check: CallCheck, ctx: AgentContext, config: RunnableConfig) -
     written: dict[str, Any] = {}
     if run.command is not None:
         run, written = settle_command(run.command, check["call_id"], ctx.tool_keys, entry.check_result)
-    if run.effect_unknown and not entry.retryable:
+    in_doubt = run.effect_unknown and not entry.retryable
+    if in_doubt:
         content = _in_doubt(run, name, timeout, settings.observation_max_chars)
     else:
         content = _content(run, name, timeout, made, settings.observation_max_chars)
     if check.get("review") == "edited":
         # The model's message still holds the call it made; the result must say it is not that call's.
         content = EDITED_NOTE.format(args=json.dumps(check["args"], ensure_ascii=False)) + content
-    return {**_outcome(check, content, run.error_kind, attempts=made, artifact=run.artifact), **written}
+    # An identical call is refused after this one only when the tool is declared unsafe to repeat: one that
+    # declares nothing is not retried in place, but the model may call it again.
+    refuse_repeat = in_doubt and not entry.idempotent
+    outcome = _outcome(check, content, run.error_kind, attempts=made, artifact=run.artifact, in_doubt=refuse_repeat)
+    return {**outcome, **written}
 
 
 def _in_flight_at_a_crash(config: RunnableConfig) -> bool:
@@ -161,11 +168,18 @@ def _in_doubt(run: ToolRun, name: str, timeout: float, max_chars: int) -> str:
 
 
 def _outcome(
-    check: CallCheck, content: str, error_kind: ErrorKind | None, attempts: int, artifact: Any = None
+    check: CallCheck,
+    content: str,
+    error_kind: ErrorKind | None,
+    attempts: int,
+    artifact: Any = None,
+    in_doubt: bool = False,
 ) -> dict[str, Any]:
     outcome = ToolOutcome(
         call_id=check["call_id"], name=check["name"], content=content, error_kind=error_kind, attempts=attempts
     )
+    if in_doubt:
+        outcome["in_doubt"] = True
     if artifact is not None and args_problem(artifact, MAX_ARTIFACT_CHARS) is None:
         outcome["artifact"] = clean_value(artifact)
     return {"tool_results": [outcome]}

@@ -100,9 +100,9 @@ def runaway_reply(runaway: Runaway, n: int, protocol: str, mix: list[int]) -> AI
         return _call("add", {"a": f"x{n}"}, protocol)  # a string for an integer, and b missing
     if runaway == "unreadable_replies":
         return UNREADABLE[protocol]
-    # a mix: "no_success" never succeeds, "any" also makes successful calls
+    # "any": a mix, of failures, mistakes and successes
     kinds = ["fresh_failure", "same_failure", "invalid", "unreadable", "uncached", "new_success", "same_success"]
-    kind = kinds[mix[n % len(mix)] % (4 if runaway == "no_success" else len(kinds))]
+    kind = kinds[mix[n % len(mix)] % len(kinds)]
     return {
         "fresh_failure": lambda: _call("explode", {"reason": str(n)}, protocol),
         "same_failure": lambda: _call("explode", {"reason": "x"}, protocol),
@@ -172,11 +172,9 @@ GUARDED: dict[Runaway, str] = {
     "two_calls_in_turn": "dead_loop",
     "three_calls_in_turn": "dead_loop",
     "same_uncached_call": "dead_loop",
-    "same_failing_call": "dead_loop",
+    "same_failing_call": "error_streak",
     "failing_calls": "error_streak",
     "empty_results": "error_streak",
-    "invalid_calls": "error_streak",
-    "unreadable_replies": "error_streak",
 }
 
 
@@ -194,11 +192,14 @@ def test_under_the_defaults_each_runaway_ends_in_its_guards_stop_within_10_decis
         assert executions <= 2  # an identical successful call runs at most twice
 
 
-def test_empty_replies_under_native_tool_calls_end_as_an_error_streak_within_10_decisions():
-    config = AgentConfig(tool_backoff_s=0.0)
-    result, decisions, _, _ = run_runaway("unreadable_replies", config)
-    assert (result["finish_reason"], decisions) == ("error_streak", config.worst_case()["unreadable_replies"].decisions)
-    assert decisions <= 10
+@pytest.mark.parametrize("runaway", ["unreadable_replies", "invalid_calls"])
+def test_the_models_own_mistakes_are_no_error_streak_and_end_at_max_iterations(runaway: Runaway):
+    config = AgentConfig(max_iterations=8, tool_backoff_s=0.0)
+    result, decisions, executions, _ = run_runaway(runaway, config)
+    bound = config.worst_case()[runaway]
+    assert (result["finish_reason"], result["consecutive_errors"], executions) == ("max_iterations", 0, 0)
+    per_round = 1 + config.max_parse_retries if runaway == "unreadable_replies" else 1
+    assert (result["iteration"], decisions) == (bound.rounds, bound.decisions) == (8, 8 * per_round)
 
 
 @pytest.mark.parametrize("runaway", ["same_call", "two_calls_in_turn", "failing_calls", "unreadable_replies"])

@@ -90,6 +90,7 @@ STATE = {
     "tool_attempts": 12,
     "consecutive_errors": 3,
     "reflected_at": 2,
+    "streak_errors": ['add({"a": 2}): Error: boom'],
     "usage": {"model_calls": 4, "prompt_tokens": 900, "completion_tokens": 100, "total_tokens": 1000},
     "messages": [ToolMessage("Error: boom", tool_call_id="c1", status="error")],
     "checks": [
@@ -110,7 +111,7 @@ STATE = {
     ("reason", "text"),
     [
         ("max_iterations", "Stopped: no final answer after 4 rounds; the iteration budget is used up."),
-        ("error_streak", "Stopped: 3 errors in a row (the limit is 3). The last one: Error: boom"),
+        ("error_streak", 'Stopped: 3 errors in a row (the limit is 3). The last one: add({"a": 2}): Error: boom'),
         (
             "dead_loop",
             "Stopped: a dead loop. The same call kept coming after being refused more than 5 times, or answered "
@@ -145,7 +146,7 @@ def test_circuit_break_refuses_an_answered_run():
     ("reason", "text"),
     [
         ("max_iterations", "Stopped: no final answer after 1 round; the iteration budget is used up."),
-        ("error_streak", "Stopped: 1 error in a row (the limit is 1). The last one: Error: boom"),
+        ("error_streak", 'Stopped: 1 error in a row (the limit is 1). The last one: add({"a": 2}): Error: boom'),
         (
             "dead_loop",
             "Stopped: a dead loop. The same call kept coming after being refused more than 1 time, or answered "

@@ -1,12 +1,14 @@
-"""The dead-loop guard (`reinloop.guards.repeats`): an identical call after a success is answered from cache, a repeat
-after a failure is refused past max_repeats, and a repeat after more feedback than allowed ends the run as a dead loop;
-keyed on the call or on the tool. Node level (validate_args with a hand-built window) and end to end."""
+"""The dead-loop guard (`reinloop.guards.repeats`): an identical call after a success is answered from cache (refused
+past max_repeats when its tool opted out of the cache), a repeat after a failure runs again unless the failure left its
+effect in doubt, and a repeat after more feedback than allowed ends the run as a dead loop; keyed on the call or on the
+tool. Node level (validate_args with a hand-built window) and end to end."""
 
 import pytest
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import ToolException, tool
 
 from reinloop import resume
+from reinloop.guards.repeats import IN_DOUBT_REPEAT_TEMPLATE
 from reinloop.memory import pairing_violations
 from reinloop.memory.window import CACHED_RESULT_TEMPLATE
 from reinloop.nodes import validate_args
@@ -35,15 +37,47 @@ def judged(window, tools=(add, lookup, explode), calls=None, **config):
     return frozen_call(validate_args, state, ctx, THREAD)["checks"]
 
 
-def test_validate_args_refuses_the_repeat_that_exceeds_max_repeats_within_the_window():
-    (checked,) = judged([[rec("failed")], [rec("failed")]], loop_window=3, max_repeats=2)
+def uncached_add() -> ToolRegistry:
+    registry = ToolRegistry()
+    registry.add(add, cacheable=False)
+    return registry
+
+
+def test_validate_args_refuses_the_repeat_of_a_success_that_exceeds_max_repeats_within_the_window():
+    ok, tools = rec("ok", "3"), uncached_add()
+    (checked,) = judged([[ok], [ok]], tools=tools, loop_window=3, max_repeats=2)
     assert checked["error_kind"] == "repeated_call" and checked.get("cached") is None
     assert "this call came 3 times in 3 decisions" in checked["error"]
-    # below max_repeats a failed call may run again; outside the window the old calls no longer count
-    assert judged([[rec("failed")]], loop_window=3, max_repeats=2)[0]["error_kind"] is None
+    # below max_repeats it runs again; outside the window the old calls no longer count
+    assert judged([[ok]], tools=tools, loop_window=3, max_repeats=2)[0]["error_kind"] is None
     other = rec("ok", "x", signature='lookup{"key": "x"}')
-    (checked,) = judged([[rec("failed")], [rec("failed")], [other], [other]], loop_window=3, max_repeats=2)
+    (checked,) = judged([[ok], [ok], [other], [other]], tools=tools, loop_window=3, max_repeats=2)
     assert checked["error_kind"] is None
+
+
+def test_validate_args_lets_a_failed_call_run_again_however_often_unless_keyed_on_the_tool():
+    # the model's retry of a fault that may pass: a fault that lasts is the error streak's to stop
+    failed = [[rec("failed", name="add")]] * 3
+    assert judged(failed, loop_window=4, max_repeats=2)[0]["error_kind"] is None
+    assert judged(failed, loop_window=4, max_repeats=2, loop_key="tool")[0]["error_kind"] == "repeated_call"
+
+
+def test_validate_args_neither_judges_nor_counts_a_call_that_failed_validation():
+    invalid = [[rec("invalid", signature='add{"a": "x"}')]] * 3
+    bad = call("add", {"a": "x"})
+    (checked,) = judged(invalid, calls=[bad], loop_window=4, max_repeats=1)
+    assert checked["error_kind"] == "invalid_args"  # its validation error, which says what to fix
+    # nor do invalid calls count towards their tool's repeats
+    assert judged(invalid, loop_window=4, max_repeats=1, loop_key="tool")[0]["error_kind"] is None
+
+
+def test_validate_args_refuses_an_identical_call_after_one_in_doubt_and_runs_other_arguments():
+    (checked,) = judged([[rec("in_doubt")]], max_repeats=5)
+    assert checked["error_kind"] == "repeated_call"
+    assert checked["error"] == IN_DOUBT_REPEAT_TEMPLATE.format(name="add")
+    assert judged([[rec("in_doubt")]], calls=[call("add", {"a": 2, "b": 2})])[0]["error_kind"] is None
+    # a success after the doubt clears it: the call is answered from cache
+    assert judged([[rec("in_doubt")], [rec("ok", "3")]])[0]["cached"] == "3"
 
 
 def test_validate_args_answers_an_identical_call_after_a_success_from_cache():
@@ -117,7 +151,8 @@ def test_keyed_on_the_tool_refusals_of_other_arguments_end_in_a_dead_loop():
 
 def test_a_record_saved_without_its_tool_name_counts_by_its_call_only():
     # saved before records named their tool: it counts towards its call, and towards no tool
-    assert judged([[rec("failed")], [rec("failed")]])[0]["error_kind"] == "repeated_call"
+    ok = rec("ok", "3")
+    assert judged([[ok], [ok]], tools=uncached_add())[0]["error_kind"] == "repeated_call"
     assert judged([[rec("failed")], [rec("failed")]], loop_key="tool")[0]["error_kind"] is None
     # its result still answers the identical call from cache
     assert judged([[rec("ok", "3")]], loop_key="tool")[0]["cached"] == "3"
@@ -162,7 +197,7 @@ def test_a_tool_that_opted_out_of_the_cache_runs_again():
 
 
 @pytest.mark.parametrize("max_repeats", [1, 2])
-def test_an_identical_call_after_a_failure_is_refused_once_it_exceeds_max_repeats(max_repeats):
+def test_an_identical_call_after_a_failure_runs_again_past_max_repeats(max_repeats):
     runs = []
 
     @tool
@@ -171,16 +206,38 @@ def test_an_identical_call_after_a_failure_is_refused_once_it_exceeds_max_repeat
         runs.append(page)
         raise ToolException("the service is down")
 
-    script = [tool_call("flaky", {"page": 1})] * (max_repeats + 1) + ["gave up"]
+    script = [tool_call("flaky", {"page": 1})] * (max_repeats + 2) + ["gave up"]
     # one attempt per call: the model's repeats are what is counted, not retries in place
-    agent, _ = make_agent(script, tools=[flaky], max_repeats=max_repeats, error_threshold=10, tool_attempts=1)
+    agent, model = make_agent(
+        script, tools=[flaky], max_repeats=max_repeats, error_threshold=10, tool_attempts=1, guards=NO_CIRCUIT
+    )
     result = agent.invoke({"task": "t"}, THREAD)
-    assert runs == [1] * max_repeats  # the model may retry up to max_repeats; the next one never runs
-    refused = tool_messages(result)[-1]
-    assert refused.status == "error" and refused.content.startswith("Error: not run")
-    assert "Change the arguments or the tool" in refused.content
-    # the refusal is the repeat guard's feedback, not another error of the streak
-    assert (result["finish_reason"], result["consecutive_errors"]) == ("answered", max_repeats)
+    assert runs == [1] * (max_repeats + 2)  # each retry ran: a fault may pass
+    assert all(call.messages[-1].text.startswith("Error: 'flaky' failed") for call in model.calls[1:])
+    assert (result["finish_reason"], result["consecutive_errors"]) == ("answered", max_repeats + 2)
+
+
+@pytest.mark.parametrize(("declared", "runs_expected"), [({"idempotent": False}, 1), ({}, 2)])
+def test_a_lost_connection_stops_an_identical_repeat_only_of_a_tool_declared_not_idempotent(declared, runs_expected):
+    sent = []
+
+    @tool
+    def send(text: str) -> str:
+        """Send a message; each call sends one."""
+        sent.append(text)
+        raise ConnectionResetError("the connection was reset")
+
+    send.metadata = {"reinloop": declared}
+    script = [tool_call("send", {"text": "hi"})] * 2 + [tool_call("send", {"text": "other"}), "done"]
+    agent, model = make_agent(script, tools=[send], error_threshold=10)
+    result = agent.invoke({"task": "t"}, THREAD)
+    assert sent == ["hi"] * runs_expected + ["other"]  # never retried in place; other arguments run
+    second = model.calls[2].messages[-1]
+    if runs_expected == 1:
+        assert second.content == IN_DOUBT_REPEAT_TEMPLATE.format(name="send")
+    else:
+        assert "may or may not have had its effect" in second.content
+    assert result["finish_reason"] == "answered"
 
 
 @pytest.mark.parametrize("repeats_after_cache", [0, 1, 2])
@@ -210,16 +267,15 @@ def test_dead_loop_trips_only_after_the_allowed_repeats_answered_from_cache(repe
     assert pairing_violations(result["messages"][:-1]) == []
 
 
-def test_a_failing_call_repeated_ends_as_a_dead_loop_after_its_refusal_and_the_allowed_repeat():
+def test_a_failing_call_repeated_ends_as_an_error_streak_after_the_reflection_turn():
     script = [tool_call("explode", {"reason": "x"})] * 5
-    agent, model = make_agent(script, error_threshold=10, repeats_after_feedback=1, max_replans=0, guards=NO_CIRCUIT)
+    agent, model = make_agent(script, error_threshold=3, max_replans=0, guards=NO_CIRCUIT)
     result = agent.invoke({"task": "t"}, THREAD)
-    seen = [call.messages[-1].content.split(".")[0] for call in model.calls[1:]] + [tool_messages(result)[-1].content]
+    seen = [call.messages[-1].content.split(".")[0] for call in model.calls[1:]]
     error = "Error: 'explode' failed (3 attempts): ZeroDivisionError: division by zero"
-    assert seen[:2] == [error] * 2
-    assert all(text.startswith("Error: not run") for text in seen[2:4])
-    assert "ends the run as a dead loop" in seen[4]
-    assert (result["finish_reason"], result["iteration"]) == ("dead_loop", 5)
+    assert seen[:2] == [error] * 2 and seen[2].startswith("Your last 3 attempts failed")
+    assert result["messages"][-2].content.split(".")[0] == error  # the fourth: it ran, and failed
+    assert (result["finish_reason"], result["iteration"], model.remaining) == ("error_streak", 4, 1)
 
 
 def test_the_repeat_guards_work_with_the_json_protocol():

@@ -8,38 +8,53 @@ from reinloop.guards.error_streak import REFLECTION_TEMPLATE
 from reinloop.nodes import check_finish
 from reinloop.state import act
 from reinloop.testing import json_action, tool_call
-from tests.conftest import THREAD, counting_tool, frozen_call, make_agent, make_context
+from tests.conftest import THREAD, counting_tool, frozen_call, lookup, make_agent, make_context
 
 
 def test_error_streak_trips_when_errors_continue_after_the_reflection_turn():
     script = [
-        tool_call("nope"),
-        tool_call("add", {"a": "x", "b": 1}),
-        tool_call("explode", {"reason": "r"}),
         tool_call("lookup", {"key": "nowhere"}),
+        tool_call("explode", {"reason": "r"}),
+        tool_call("lookup", {"key": "elsewhere"}),
+        tool_call("lookup", {"key": "anywhere"}),
     ]
     agent, model = make_agent(script, error_threshold=3, max_replans=0)
     result = agent.invoke({"task": "t"}, THREAD)
     assert (result["finish_reason"], result["final_answer"], result["iteration"]) == ("error_streak", None, 4)
     final = result["messages"][-1]
     assert final.name == "circuit_break" and "4 errors in a row" in final.content
+    assert """The last one: lookup({"key": "anywhere"}): Error: 'lookup' failed: unknown key""" in final.content
     assert model.remaining == 0  # no extra model call after the break
     # the fourth decision was the reflection turn: what failed, one line per error, then a different approach
     reflection = model.calls[3].messages[-1]
     assert isinstance(reflection, HumanMessage) and reflection.content.startswith("Your last 3 attempts failed:")
     lines = reflection.content.splitlines()[1:4]
-    assert lines[0].startswith("- nope({}): Error: 'nope' is not a valid tool")
-    assert lines[1].startswith('- add({"a": "x", "b": 1}): Error: invalid arguments for \'add\': a:')
-    assert lines[2].startswith('- explode({"reason": "r"}): Error: \'explode\' failed (3 attempts): ZeroDivisionError')
+    assert lines[0].startswith("- lookup({\"key\": \"nowhere\"}): Error: 'lookup' failed: unknown key 'nowhere'")
+    assert lines[1].startswith('- explode({"reason": "r"}): Error: \'explode\' failed (3 attempts): ZeroDivisionError')
+    assert lines[2].startswith('- lookup({"key": "elsewhere"}): Error: \'lookup\' failed: unknown key')
     assert "Try another tool, other arguments, or answer" in reflection.content
     # shown once: not in the window, not in earlier prompts
     assert all("attempts failed" not in m.text for m in result["messages"])
     assert all("attempts failed" not in call.messages[-1].text for call in model.calls[:3])
 
 
+def test_the_model_s_own_mistakes_are_not_errors_of_the_streak():
+    # an unknown tool, invalid arguments and an unreadable reply, in turn with a failing call: each of them gets
+    # its feedback, the streak counts the failing calls alone
+    mistakes = [tool_call("nope"), tool_call("add", {"a": "x", "b": 1}), ""]
+    script = [call for n, mistake in enumerate(mistakes) for call in (mistake, tool_call("lookup", {"key": str(n)}))]
+    config = {"error_threshold": 3, "error_reflection": False, "max_parse_retries": 0, "max_replans": 0}
+    agent, model = make_agent([*script, "done"], **config)
+    result = agent.invoke({"task": "t"}, THREAD)
+    assert (result["finish_reason"], result["iteration"], model.remaining) == ("error_streak", 6, 1)
+    assert "3 errors in a row" in result["messages"][-1].content
+    feedback = [call.messages[-1].text for call in model.calls[1:]]
+    assert "'nope' is not a valid tool" in feedback[0] and "invalid arguments for 'add'" in feedback[2]
+
+
 def test_re_plan_turns_come_in_place_of_the_error_streak_then_it_trips():
     # errors only: a reflection at 3, a re-plan at 4 and at 5 (the streak goes on counting), then error_streak
-    script = [tool_call("nope", {"n": n}) for n in range(12)]
+    script = [tool_call("explode", {"reason": str(n)}) for n in range(12)]
     agent, model = make_agent(script, error_threshold=3, max_replans=2, loop_window=1)
     result = agent.invoke({"task": "t"}, THREAD)
     assert (result["finish_reason"], result["iteration"], model.remaining) == ("error_streak", 6, 6)
@@ -48,15 +63,15 @@ def test_re_plan_turns_come_in_place_of_the_error_streak_then_it_trips():
     assert turns == [(3, "Your last 3 attempts failed"), (4, "Re-plan (1 of 2)"), (5, "Re-plan (2 of 2)")]
     assert model.calls[4].messages[-1].text.endswith("1 more re-plan is left.")
     replan = model.calls[5].messages[-1].text
-    assert replan.endswith("If this goes on, the run stops.") and "- nope(" in replan
+    assert replan.endswith("If this goes on, the run stops.") and "- explode(" in replan
     assert result["replans"] == 2 and "6 errors in a row" in result["messages"][-1].content
 
 
 def test_re_plans_come_out_of_one_budget_for_the_run_a_success_between_streaks_gives_no_new_ones():
     fetch, runs = counting_tool()
-    script = [tool_call("nope", {"n": n}) for n in range(4)] + [tool_call("fetch", {"page": 1})]
-    script += [tool_call("nope", {"n": n}) for n in range(4, 8)] + ["done"]
-    agent, model = make_agent(script, tools=[fetch], error_threshold=3, max_replans=1, loop_window=1)
+    script = [tool_call("lookup", {"key": str(n)}) for n in range(4)] + [tool_call("fetch", {"page": 1})]
+    script += [tool_call("lookup", {"key": str(n)}) for n in range(4, 8)] + ["done"]
+    agent, model = make_agent(script, tools=[fetch, lookup], error_threshold=3, max_replans=1, loop_window=1)
     result = agent.invoke({"task": "t"}, THREAD)
     # the success after the re-plan ended the first streak; the second one stops at its first trip
     assert (result["finish_reason"], result["iteration"], runs, model.remaining) == ("error_streak", 9, [1], 1)
@@ -65,7 +80,11 @@ def test_re_plans_come_out_of_one_budget_for_the_run_a_success_between_streaks_g
 
 
 def test_without_error_reflection_the_streak_trips_at_the_threshold():
-    script = [tool_call("nope"), tool_call("add", {"a": "x", "b": 1}), tool_call("explode", {"reason": "r"})]
+    script = [
+        tool_call("explode", {"reason": "x"}),
+        tool_call("lookup", {"key": "x"}),
+        tool_call("explode", {"reason": "r"}),
+    ]
     agent, model = make_agent(script, error_threshold=3, error_reflection=False, max_replans=0)
     result = agent.invoke({"task": "t"}, THREAD)
     assert (result["finish_reason"], result["iteration"], model.remaining) == ("error_streak", 3, 0)
@@ -73,8 +92,8 @@ def test_without_error_reflection_the_streak_trips_at_the_threshold():
 
 
 def test_a_model_that_recovers_after_the_reflection_turn_goes_on_and_gets_a_new_one_per_streak():
-    script = [tool_call("nope")] * 3 + [tool_call("add", {"a": 1, "b": 1})]
-    script += [tool_call("nope", {"n": n}) for n in range(3)] + ["2"]
+    script = [tool_call("explode", {"reason": "x"})] * 3 + [tool_call("add", {"a": 1, "b": 1})]
+    script += [tool_call("explode", {"reason": str(n)}) for n in range(3)] + ["2"]
     agent, model = make_agent(script, error_threshold=3, loop_window=1)
     result = agent.invoke({"task": "t"}, THREAD)
     assert (result["finish_reason"], result["final_answer"]) == ("answered", "2")
@@ -84,7 +103,7 @@ def test_a_model_that_recovers_after_the_reflection_turn_goes_on_and_gets_a_new_
 
 
 def test_an_answer_from_cache_on_the_reflection_turn_does_not_trip_the_breaker():
-    script = [tool_call("add", {"a": 1, "b": 1})] + [tool_call("nope", {"n": n}) for n in range(3)]
+    script = [tool_call("add", {"a": 1, "b": 1})] + [tool_call("explode", {"reason": str(n)}) for n in range(3)]
     script += [tool_call("add", {"a": 1, "b": 1}), "2"]
     agent, _ = make_agent(script, error_threshold=3, loop_window=5)
     result = agent.invoke({"task": "t"}, THREAD)
@@ -92,21 +111,21 @@ def test_an_answer_from_cache_on_the_reflection_turn_does_not_trip_the_breaker()
 
 
 def test_the_reflection_turn_works_with_the_json_protocol():
-    script = [json_action("nope", {"n": n}) for n in range(3)] + [json_action("final_answer", "sorry")]
+    script = [json_action("explode", {"reason": str(n)}) for n in range(3)] + [json_action("final_answer", "sorry")]
     agent, model = make_agent(script, protocol="json", error_threshold=3)
     assert agent.invoke({"task": "t"}, THREAD)["finish_reason"] == "answered"
-    assert model.calls[3].messages[-1].content.startswith("Your last 3 attempts failed:\n- nope(")
+    assert model.calls[3].messages[-1].content.startswith("Your last 3 attempts failed:\n- explode(")
 
 
 def test_a_continued_thread_keeps_its_reflection_turn_in_saved_state(saver):
-    script = [tool_call("nope", {"n": n}) for n in range(3)]
+    script = [tool_call("explode", {"reason": str(n)}) for n in range(3)]
     first, _ = make_agent(script, checkpointer=saver, max_replans=0)
     first.invoke({"task": "t"}, THREAD, interrupt_after=["check_finish"])
     first.invoke(None, THREAD, interrupt_after=["check_finish"])
     first.invoke(None, THREAD, interrupt_after=["check_finish"])
     assert first.get_state(THREAD).values["reflected_at"] == 3
     # another agent continues the saved thread: the reflection comes from state, and it was the streak's one
-    second, model = make_agent([tool_call("nope", {"n": 3})], checkpointer=saver, max_replans=0)
+    second, model = make_agent([tool_call("explode", {"reason": "3"})], checkpointer=saver, max_replans=0)
     result = second.invoke(None, THREAD)
     assert model.calls[0].messages[-1].content.startswith("Your last 3 attempts failed:")
     assert (result["finish_reason"], result["iteration"]) == ("error_streak", 4)
@@ -114,11 +133,11 @@ def test_a_continued_thread_keeps_its_reflection_turn_in_saved_state(saver):
 
 def test_a_real_success_resets_the_error_streak():
     script = [
-        tool_call("nope"),
-        tool_call("nope"),
+        tool_call("explode", {"reason": "x"}),
+        tool_call("explode", {"reason": "x"}),
         tool_call("add", {"a": 1, "b": 1}),
-        tool_call("nope"),
-        tool_call("nope"),
+        tool_call("explode", {"reason": "x"}),
+        tool_call("explode", {"reason": "x"}),
         "done",
     ]
     agent, _ = make_agent(script, error_threshold=3)
@@ -150,7 +169,7 @@ def test_the_reflection_turn_lists_an_error_that_came_again_once_with_its_count(
 
 def test_resume_after_an_error_streak_clears_the_streak():
     # two errors, the reflection turn, a third error: error_streak
-    script = [tool_call("nope")] * 3 + [tool_call("add", {"a": 1, "b": 1}), "2"]
+    script = [tool_call("explode", {"reason": "x"})] * 3 + [tool_call("add", {"a": 1, "b": 1}), "2"]
     agent, _ = make_agent(script, error_threshold=2, loop_window=1, max_replans=0)
     broken = agent.invoke({"task": "t"}, THREAD)
     assert (broken["finish_reason"], broken["reflected_at"]) == ("error_streak", 2)
