@@ -30,9 +30,10 @@ over the runs of the tasks that call a non-idempotent tool (the same task and se
 the other's, with a 95% interval from the paired bootstrap (the interval of the mean difference, times the
 pairs). Hopeless tasks: typed stops are the runs the agent ended itself with a finish that says why (not an
 answer, not a reply create_agent could not read, not the evaluation's cap, not a crash: the task's success);
-decisions and tokens per hopeless run are the mean over those runs of the decisions (model calls to decide)
-and of every model call's prompt and completion tokens, until the run ended however it ended; paired with
-reinloop as reinloop's mean minus the other's, with a 95% interval."""
+decisions, tokens and tool runs per hopeless run are the mean over those runs of the decisions (model calls to
+decide), of every model call's prompt and completion tokens and of the tools' runs (in-place retries included:
+the load on a service that is down), until the run ended however it ended; paired with reinloop as reinloop's
+mean minus the other's, with a 95% interval."""
 
 
 def costly_measures(records: Sequence[RunRecord], baseline: str = BASELINE) -> dict[str, dict[str, Any]]:
@@ -52,6 +53,7 @@ def costly_measures(records: Sequence[RunRecord], baseline: str = BASELINE) -> d
             "typed_stops": sum(r.success for r in runs),
             "hopeless_decisions": statistics.mean(r.decisions for r in runs) if runs else 0.0,
             "hopeless_tokens": statistics.mean(run_tokens(r) for r in runs) if runs else 0.0,
+            "hopeless_tool_runs": statistics.mean(r.tool_calls for r in runs) if runs else 0.0,
             # the spread across seeds: (lowest, highest) of the seeds' totals and means
             "harmful_seeds": _spread(mine, lambda group: sum(r.harmful_executions for r in group)),
             "hopeless_tokens_seeds": _spread(runs, lambda group: statistics.mean(map(run_tokens, group))),
@@ -60,6 +62,7 @@ def costly_measures(records: Sequence[RunRecord], baseline: str = BASELINE) -> d
             row["paired_harmful"] = _total(paired(risky, agent, baseline, _harmful))
             row["paired_hopeless_decisions"] = paired(hopeless, agent, baseline, _decisions)
             row["paired_hopeless_tokens"] = paired(hopeless, agent, baseline, run_tokens)
+            row["paired_hopeless_tool_runs"] = paired(hopeless, agent, baseline, _tool_runs)
         table[agent] = row
     return table
 
@@ -79,6 +82,10 @@ def _decisions(record: RunRecord) -> float:
     return float(record.decisions)
 
 
+def _tool_runs(record: RunRecord) -> float:
+    return float(record.tool_calls)
+
+
 def _total(pairing: dict[str, float]) -> dict[str, float]:
     """A paired mean difference as a difference of totals over the pairs (the interval scaled alike)."""
     pairs = pairing["pairs"]
@@ -87,14 +94,14 @@ def _total(pairing: dict[str, float]) -> dict[str, float]:
 
 def markdown_costly(measures: dict[str, dict[str, Any]], cells: Sequence[str] = (), columns: Sequence[str] = ()) -> str:
     """One row per agent of `measures` (after the `cells` of `columns`, as a grid point's): harmful executions,
-    hopeless runs' typed stops, decisions and tokens, and each paired with reinloop (reinloop minus the agent,
-    95% interval); over several seeds, the harmful executions and the tokens per hopeless run are followed by
+    hopeless runs' typed stops, decisions, tokens and tool runs, and each paired with reinloop (reinloop minus the
+    agent, 95% interval); over several seeds, the harmful executions and the tokens per hopeless run are followed by
     their spread across the seeds (the lowest and highest seed's); the header only when `measures` is empty."""
     lines = [
         f"| {''.join(f'{column} | ' for column in columns)}agent | harmful executions | reinloop - agent "
         "| hopeless runs | typed stops | decisions per hopeless run | reinloop - agent "
-        "| tokens per hopeless run | reinloop - agent |",
-        "|" + " --- |" * (len(columns) + 1) + " ---: |" * 8,
+        "| tokens per hopeless run | reinloop - agent | tool runs per hopeless run | reinloop - agent |",
+        "|" + " --- |" * (len(columns) + 1) + " ---: |" * 10,
     ]
     prefix = "".join(f"{cell} | " for cell in cells)
     for agent, row in measures.items():
@@ -103,7 +110,8 @@ def markdown_costly(measures: dict[str, dict[str, Any]], cells: Sequence[str] = 
             f"{_difference(row.get('paired_harmful'), '{:+.0f}')} | {row['hopeless_runs']} | {row['typed_stops']} | "
             f"{row['hopeless_decisions']:.1f} | {_difference(row.get('paired_hopeless_decisions'), '{:+.1f}')} | "
             f"{row['hopeless_tokens']:,.0f}{_seeds(row['hopeless_tokens_seeds'], '{:,.0f}')} | "
-            f"{_difference(row.get('paired_hopeless_tokens'), '{:+,.0f}')} |"
+            f"{_difference(row.get('paired_hopeless_tokens'), '{:+,.0f}')} | {row['hopeless_tool_runs']:.1f} | "
+            f"{_difference(row.get('paired_hopeless_tool_runs'), '{:+.1f}')} |"
         )
     return "\n".join(lines)
 

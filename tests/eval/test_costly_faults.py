@@ -135,6 +135,9 @@ def test_a_hopeless_task_is_done_well_only_by_a_quick_typed_stop_and_the_report_
     measures = costly_measures(records)
     assert measures["reinloop"]["typed_stops"] == 4 and measures["create_agent"]["typed_stops"] == 0
     assert measures["create_agent + middleware"]["paired_hopeless_tokens"]["high"] < 0  # reinloop spends fewer
+    # and runs the failing tool less often: the tool circuit, and no in-place retries of a call that may have acted
+    assert measures["create_agent + middleware"]["paired_hopeless_tool_runs"]["high"] < 0
+    assert 0 < measures["reinloop"]["hopeless_tool_runs"] < measures["create_agent + middleware"]["hopeless_tool_runs"]
     ours = measures["reinloop"]
     assert ours["hopeless_tokens_seeds"] == (ours["hopeless_tokens"],) * 2  # one seed: no spread
     write_report(records, COSTLY_NO_FAULTS, 0, tmp_path)
