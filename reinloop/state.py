@@ -157,8 +157,8 @@ class CallRecord(TypedDict):
     # saved before it existed: such a record counts towards its signature only, never towards a tool.
     name: NotRequired[str]
     # ran and succeeded; ran and failed (in a record saved before "invalid" existed: or failed validation);
-    # failed validation; ran with an outcome in doubt; answered from cache; refused as a repeat
-    outcome: Literal["ok", "failed", "invalid", "in_doubt", "cached", "refused"]
+    # failed validation; answered from cache; refused as a repeat
+    outcome: Literal["ok", "failed", "invalid", "cached", "refused"]
     # The observation of a success (ok or cached), or the result a refused repeat already had, for answering an
     # identical call.
     result: str | None
@@ -317,6 +317,10 @@ class AgentState(TypedDict, total=False):
     # The calls of each of the last decisions that called tools (the dead-loop horizon), and what became of
     # them; observe appends, a new run or a resume clears, a re-plan turn leaves it.
     call_window: list[list[CallRecord]]
+    # The signatures of the run's calls whose outcome is in doubt, of tools declared not idempotent
+    # (`ToolOutcome.in_doubt`): an identical call is refused for the rest of the run. observe appends, a new run
+    # or a resume clears.
+    doubtful_calls: list[str]
     # Decisions since the last real tool success whose every call was answered from what is known (an answer
     # from cache, a refused repeat); observe counts, a real tool success, a new run or a resume clears.
     stalled: int

@@ -4,13 +4,15 @@
 the earlier observation), or is refused as a repeat (`repeated_call`) or as a dead loop
 (`repeat_after_feedback`). `dead_loop` ends the run after a dead-loop refusal, or when too many decisions in
 a row brought nothing new. Its state, saved with the thread so a resumed run keeps it: `call_window` (what
-became of the calls of the last decisions) and `stalled`, which its observe hook advances; its settings:
+became of the calls of the last decisions), `stalled` and `doubtful_calls` (the run's calls in doubt), which
+its observe hook advances; its settings:
 `loop_window`, `max_repeats`, `loop_key`, `repeats_after_feedback`, `repeats_after_cache`, `max_stalled`.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, get_args
 
@@ -88,8 +90,8 @@ class RepeatCounts:
        (`repeat_after_feedback`), and `dead_loop` ends the run.
     2. Its latest outcome within the horizon is a success (it ran, or was answered from cache) and the tool is
        cacheable: answered from cache, that is with the earlier observation and a note; it does not run.
-    3. Its latest outcome within the horizon is in doubt (it may have had its effect, and its tool is not safe
-       to run twice): refused (`repeated_call`), with a note to check whether it took effect.
+    3. An identical call earlier in the run has an outcome in doubt (it may have had its effect, and its tool
+       is declared not idempotent): refused (`repeated_call`), with a note to check whether it took effect.
     4. It is requested more than `max_repeats` times within the last `loop_window` decisions (the seeds'
        dead-loop rule), and its latest outcome is a success (keyed on the tool: whatever the outcomes): refused
        with feedback (`repeated_call`); it does not run. A call whose latest run failed runs again: the model's
@@ -108,12 +110,12 @@ class RepeatCounts:
     refused: Counter[str] = field(default_factory=Counter)
     # The latest success of each call, by signature (None after a failure), as the observation the model was sent.
     results: dict[str, str | None] = field(default_factory=dict)
-    # The calls whose latest outcome is in doubt, by signature.
+    # The run's calls whose outcome is in doubt (`doubtful_calls`), by signature.
     in_doubt: set[str] = field(default_factory=set)
 
     @classmethod
-    def over(cls, window: list[list[CallRecord]], guard: DeadLoop) -> RepeatCounts:
-        counts = cls(guard)
+    def over(cls, window: list[list[CallRecord]], guard: DeadLoop, doubtful: Iterable[str] = ()) -> RepeatCounts:
+        counts = cls(guard, in_doubt=set(doubtful))
         # A window holds the current decision's place too: the earlier decisions are its last size - 1.
         for records in _earlier(window, guard.loop_window):
             for entry in records:
@@ -192,11 +194,8 @@ class RepeatCounts:
                 self.results[signature] = entry["result"]
         elif outcome in ("ok", "cached"):
             self.results[signature] = entry["result"]
-            self.in_doubt.discard(signature)
-        elif outcome in ("failed", "in_doubt"):
+        elif outcome == "failed":
             self.results[signature] = None
-            if outcome == "in_doubt":
-                self.in_doubt.add(signature)
 
 
 def record(check: CallCheck, outcome: ToolOutcome | None) -> CallRecord:
@@ -208,8 +207,6 @@ def record(check: CallCheck, outcome: ToolOutcome | None) -> CallRecord:
         return CallRecord(signature=signature, name=name, outcome="refused", result=check.get("known"))
     if check["error_kind"] in ("invalid_args", "unknown_tool"):
         return CallRecord(signature=signature, name=name, outcome="invalid", result=None)
-    if outcome is not None and outcome.get("in_doubt"):
-        return CallRecord(signature=signature, name=name, outcome="in_doubt", result=None)
     if outcome is None or outcome["error_kind"] is not None:
         return CallRecord(signature=signature, name=name, outcome="failed", result=None)
     return CallRecord(signature=signature, name=name, outcome="ok", result=outcome["content"])
@@ -238,7 +235,7 @@ class DeadLoop(Guard):
 
     name = "dead_loop"
     exit_code = 5
-    initial: ClassVar = {"call_window": [], "stalled": 0}
+    initial: ClassVar = {"call_window": [], "stalled": 0, "doubtful_calls": []}
 
     def __init__(
         self,
@@ -267,7 +264,7 @@ class DeadLoop(Guard):
         self.horizon = loop_window + max(repeats_after_feedback, repeats_after_cache)
 
     def judge(self, calls: list[CallCheck], state: AgentState) -> list[CallCheck]:
-        counts = RepeatCounts.over(state.get("call_window") or [], self)
+        counts = RepeatCounts.over(state.get("call_window") or [], self, state.get("doubtful_calls") or [])
         return [counts.judge(call) for call in calls]
 
     def observe(self, round: Round, state: AgentState) -> dict[str, Any]:
@@ -275,8 +272,16 @@ class DeadLoop(Guard):
             return {}
         records = [record(seen.check, seen.outcome) for seen in round.calls]
         stalled = state.get("stalled", 0) + 1 if all(_repeat(seen.check) for seen in round.calls) else 0
-        # The window keeps the last `horizon` decisions.
-        return {"call_window": [*(state.get("call_window") or []), records][-self.horizon :], "stalled": stalled}
+        # The window keeps the last `horizon` decisions; the calls in doubt are kept for the whole run.
+        update: dict[str, Any] = {
+            "call_window": [*(state.get("call_window") or []), records][-self.horizon :],
+            "stalled": stalled,
+        }
+        if doubtful := [
+            seen.check["signature"] for seen in round.calls if seen.outcome and seen.outcome.get("in_doubt")
+        ]:
+            update["doubtful_calls"] = [*(state.get("doubtful_calls") or []), *doubtful]
+        return update
 
     def check(self, state: RunState) -> Stop | None:
         # Rule 1 refused a call this round, before it ran; or decisions in a row brought nothing new.

@@ -17,6 +17,7 @@ from reinloop.testing import json_action, tool_call
 from reinloop.tools import ToolRegistry
 from tests.conftest import (
     NO_CIRCUIT,
+    SIG,
     THREAD,
     add,
     call,
@@ -31,9 +32,13 @@ from tests.conftest import (
 )
 
 
-def judged(window, tools=(add, lookup, explode), calls=None, **config):
+def judged(window, tools=(add, lookup, explode), calls=None, doubtful=(), **config):
     ctx = make_context(tools=tools, **config)
-    state = {"decision": act(calls or [call("add", {"a": 1, "b": 2})]), "call_window": window}
+    state = {
+        "decision": act(calls or [call("add", {"a": 1, "b": 2})]),
+        "call_window": window,
+        "doubtful_calls": list(doubtful),
+    }
     return frozen_call(validate_args, state, ctx, THREAD)["checks"]
 
 
@@ -71,13 +76,12 @@ def test_validate_args_neither_judges_nor_counts_a_call_that_failed_validation()
     assert judged(invalid, loop_window=4, max_repeats=1, loop_key="tool")[0]["error_kind"] is None
 
 
-def test_validate_args_refuses_an_identical_call_after_one_in_doubt_and_runs_other_arguments():
-    (checked,) = judged([[rec("in_doubt")]], max_repeats=5)
+def test_validate_args_refuses_an_identical_call_after_one_in_doubt_for_the_rest_of_the_run():
+    # out of every window: the doubt is kept apart, for the whole run
+    (checked,) = judged([], doubtful=[SIG], max_repeats=5)
     assert checked["error_kind"] == "repeated_call"
     assert checked["error"] == IN_DOUBT_REPEAT_TEMPLATE.format(name="add")
-    assert judged([[rec("in_doubt")]], calls=[call("add", {"a": 2, "b": 2})])[0]["error_kind"] is None
-    # a success after the doubt clears it: the call is answered from cache
-    assert judged([[rec("in_doubt")], [rec("ok", "3")]])[0]["cached"] == "3"
+    assert judged([], doubtful=[SIG], calls=[call("add", {"a": 2, "b": 2})])[0]["error_kind"] is None
 
 
 def test_validate_args_answers_an_identical_call_after_a_success_from_cache():
@@ -238,6 +242,26 @@ def test_a_lost_connection_stops_an_identical_repeat_only_of_a_tool_declared_not
     else:
         assert "may or may not have had its effect" in second.content
     assert result["finish_reason"] == "answered"
+
+
+def test_the_refusal_after_a_call_in_doubt_lasts_the_run_past_the_dead_loop_horizon():
+    sent = []
+
+    @tool
+    def send(text: str) -> str:
+        """Send a message; each call sends one."""
+        sent.append(text)
+        raise ConnectionResetError("the connection was reset")
+
+    send.metadata = {"reinloop": {"idempotent": False}}
+    hi = tool_call("send", {"text": "hi"})
+    script = [hi, *(tool_call("add", {"a": n, "b": 1}) for n in range(4)), hi, "done"]
+    horizon_of_one = {"loop_window": 1, "repeats_after_feedback": 0, "repeats_after_cache": 0}
+    agent, model = make_agent(script, tools=[send, add], **horizon_of_one)
+    result = agent.invoke({"task": "t"}, THREAD)
+    assert sent == ["hi"] and result["finish_reason"] == "answered"
+    assert model.calls[6].messages[-1].content == IN_DOUBT_REPEAT_TEMPLATE.format(name="send")
+    assert result["doubtful_calls"] == ['send{"text": "hi"}']
 
 
 @pytest.mark.parametrize("repeats_after_cache", [0, 1, 2])
