@@ -53,7 +53,7 @@ def validate_args(state: AgentState, ctx: AgentContext, config: RunnableConfig) 
         else:
             update["parse_retries"], update["unreadable_replies"] = 0, retries + 1
         return update
-    # The round's earlier replies could not be read: each is an error of the streak, retried or not.
+    # The round's earlier replies could not be read: the guards see how many (`Round.unreadable`).
     update["parse_retries"], update["unreadable_replies"] = 0, retries
     if decision["kind"] == "act":
         seen = state.get("calls_seen", 0)

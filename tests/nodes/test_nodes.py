@@ -78,7 +78,7 @@ def test_decide_keeps_a_cut_reply_out_of_the_window_and_counts_its_reported_toke
     assert update["usage"]["completion_tokens"] == 1024 and update["last_call"]["source"] == "provider"
 
 
-def test_a_cut_reply_gets_the_parse_retry_with_a_hint_to_answer_shorter_then_counts_as_one_error():
+def test_a_cut_reply_gets_the_parse_retry_with_a_hint_to_answer_shorter_then_a_note_but_no_error():
     ctx = make_context(
         model=ScriptedChatModel(replies=[cut_reply(json_action("add", {"a": 1, "b": 2}))]), protocol="json"
     )
@@ -89,7 +89,8 @@ def test_a_cut_reply_gets_the_parse_retry_with_a_hint_to_answer_shorter_then_cou
     spent = validate_args({"decision": decision, "parse_retries": 1}, ctx, THREAD)
     assert spent["correction"] is None and spent["checks"] == []
     update = observe({"decision": decision, "checks": [], "consecutive_errors": 0}, ctx)
-    assert update["consecutive_errors"] == 1 and "cut off by the output limit" in update["messages"][0].content
+    # the model's mistake: its feedback, and no error of the streak
+    assert update["consecutive_errors"] == 0 and "cut off by the output limit" in update["messages"][0].content
 
 
 def test_validate_args_unparsable_with_retry_left_sets_a_correction_hint():
@@ -226,7 +227,8 @@ def test_observe_answers_every_call_in_order_and_counts_errors():
     assert [m.tool_call_id for m in messages] == ["c1", "c2", "c3"]
     assert [m.status for m in messages] == ["success", "error", "error"]
     assert [m.content for m in messages] == ["3", "Error: unknown", "Error: failed"]
-    assert update["consecutive_errors"] == 2  # success reset 1 -> 0, then two errors
+    # success reset 1 -> 0, then the tool's error; the unknown tool is the model's mistake, not counted
+    assert update["consecutive_errors"] == 1
 
 
 def test_observe_sends_answers_from_cache_and_refusals_and_records_what_became_of_each_call():
@@ -279,33 +281,43 @@ def test_observe_sends_outcomes_as_execute_tool_stored_them():
 
 def test_observe_reports_an_exhausted_parse_failure_as_a_note():
     state = {"decision": unparsable("x", "no JSON object"), "checks": [], "consecutive_errors": 0}
-    update = observe(state, make_context())
+    update = observe({**state, "consecutive_errors": 2, "streak_errors": ["a(): boom", "b(): boom"]}, make_context())
     (note,) = update["messages"]
     assert isinstance(note, HumanMessage) and "no JSON object" in note.content
-    assert update["consecutive_errors"] == 1
-    assert update["streak_errors"] == ["your reply: could not be read (no JSON object)"]
+    # the model's mistake leaves the streak as it was
+    assert (update["consecutive_errors"], update["streak_errors"]) == (2, ["a(): boom", "b(): boom"])
 
 
 def test_observe_keeps_one_line_per_error_of_the_streak_and_clears_it_with_a_real_success():
-    checks = [check("nope", {"n": n}, f"c{n}", "unknown_tool", f"Error: unknown\n tool {n}") for n in range(3)]
-    state = {"decision": act([]), "checks": checks, "streak_errors": ["older"], "reflected_at": None}
-    update = frozen_call(observe, state, make_context(error_threshold=2))
+    def failed(args, call_id, error):
+        return ToolOutcome(call_id=call_id, name="lookup", content=error, error_kind="tool_error")
+
+    def observed(calls, **state):
+        checks = [check("lookup", args, call_id) for args, call_id, _ in calls]
+        results = [failed(*call) for call in calls]
+        return frozen_call(observe, {"decision": act([]), "checks": checks, "tool_results": results, **state}, ctx)
+
+    ctx = make_context(error_threshold=2)
+    calls = [({"n": n}, f"c{n}", f"Error: unknown\n key {n}") for n in range(3)]
+    update = observed(calls, streak_errors=["older"], reflected_at=None)
     # the last error_threshold lines, each on one line
-    assert update["streak_errors"] == ['nope({"n": 1}): Error: unknown tool 1', 'nope({"n": 2}): Error: unknown tool 2']
-    long = check("add", {"a": "x" * 500}, "c9", "invalid_args", "Error: bad")
-    (line,) = observe({"decision": act([]), "checks": [long]}, make_context())["streak_errors"]
+    assert update["streak_errors"] == [
+        'lookup({"n": 1}): Error: unknown key 1',
+        'lookup({"n": 2}): Error: unknown key 2',
+    ]
+    (line,) = observed([({"a": "x" * 500}, "c9", "Error: bad")])["streak_errors"]
     assert len(line) < 250 and line.endswith("more characters cut]")
     # a long error is cut once, with the whole line: the marker counts every character left out
-    wordy = check("add", {"a": 1}, "c8", "invalid_args", "Error: " + "z" * 300 + ". Advice.")
-    (line,) = observe({"decision": act([]), "checks": [wordy]}, make_context())["streak_errors"]
-    whole = 'add({"a": 1}): Error: ' + "z" * 300 + "."
+    (line,) = observed([({"a": 1}, "c8", "Error: " + "z" * 300 + ". Advice.")])["streak_errors"]
+    whole = 'lookup({"a": 1}): Error: ' + "z" * 300 + "."
     assert line == truncate(whole, 100) and line.count("more characters cut") == 1
-    ran = [check("add", {}, "c1"), checks[0]]
-    results = [ToolOutcome(call_id="c1", name="add", content="3", error_kind=None)]
+    # a real success clears the streak; an error after it in the same round starts a new one
+    ran = [check("add", {}, "c1"), check("lookup", {"n": 0}, "c0")]
+    results = [ToolOutcome(call_id="c1", name="add", content="3", error_kind=None), failed(*calls[0])]
     state = {"decision": act([]), "checks": ran, "tool_results": results, "streak_errors": ["a", "b", "c"]}
     update = observe({**state, "consecutive_errors": 3, "reflected_at": 3}, make_context())
     assert (update["consecutive_errors"], update["reflected_at"]) == (1, None)
-    assert update["streak_errors"] == ['nope({"n": 0}): Error: unknown tool 0']
+    assert update["streak_errors"] == ['lookup({"n": 0}): Error: unknown key 0']
 
 
 def test_observe_refuses_a_validated_call_without_an_outcome():
@@ -486,7 +498,7 @@ def test_decide_ends_the_prompt_with_the_reflection_and_clears_it_once_a_reply_p
     ("reason", "mentions"),
     [
         ("max_iterations", "no final answer after 4 rounds"),
-        ("error_streak", "3 errors in a row (the limit is 3). The last one: Error: boom"),
+        ("error_streak", 'The last one: add({"a": 2}): Error: boom'),
         (
             "dead_loop",
             "The same call kept coming after being refused more than 5 times, or answered from cache more than "
@@ -502,6 +514,7 @@ def test_circuit_break_explains_the_reason_and_how_to_resume(reason, mentions):
         "iterations_left": 0,
         "consecutive_errors": 3,
         "reflected_at": 2,
+        "streak_errors": ['add({"a": 2}): Error: boom'],
         "messages": [ToolMessage("Error: boom", tool_call_id="c1", status="error")],
         "checks": [check("add", {"a": 1}, error_kind="repeat_after_feedback", error="x")],
     }
