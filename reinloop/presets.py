@@ -60,15 +60,18 @@ def seed_000() -> AgentConfig:
     - loop_window 1: the seed has no dead-loop rule besides its error breaker ("循环失控" is "连续3次相同错误",
       three errors in a row).
 
-    Differs: the seed's prose says three identical errors, its code counts any errors in a row, as reinloop
-    does (the repeat guards' refusals aside); the seed asks the model after every success whether the task is
-    done (``llm.should_finish``), reinloop's model answers when done; the seed's pseudo-success check
-    (``validate_result``) is a tool's result check in reinloop (`reject_empty`), not a config field; its
-    state file is reinloop's checkpoint. Silent, so reinloop's defaults: the cut of observations (500) and of
-    thoughts (300), summary_max_chars, context_token_budget (the seed measured "1.8K" tokens a round, as no
-    limit), tool_timeout_s, model_max_attempts, max_repeats, repeats_after_feedback, repeats_after_cache.
-    Still on: argument validation, the tool timeout, an identical call made more than max_repeats (2) times
-    in one decision is refused, the token budget of a model call.
+    Differs: the seed's prose says three identical errors, its code counts any errors in a row; reinloop counts
+    the tools' errors (the repeat guards' refusals aside) and leaves the model's own mistakes (an unreadable
+    reply after its retry, an unknown tool, invalid arguments) to max_iterations, each with its feedback; the
+    seed asks the model after every success whether the task is done (``llm.should_finish``), reinloop's model
+    answers when done; the seed's pseudo-success check (``validate_result``) is a tool's result check in
+    reinloop (`reject_empty`), not a config field; its state file is reinloop's checkpoint. Silent, so
+    reinloop's defaults: the cut of observations (500) and of thoughts (300), summary_max_chars,
+    context_token_budget (the seed measured "1.8K" tokens a round, as no limit), tool_timeout_s,
+    model_max_attempts, max_repeats, repeats_after_feedback, repeats_after_cache. Still on: argument
+    validation, the tool timeout, the repeat of a call whose latest run succeeded (answered from cache, or, for
+    a tool that is not cacheable, refused past max_repeats (2) in one decision), the token budget of a model
+    call.
     """
     return AgentConfig(
         protocol="tool_calling",
@@ -99,13 +102,16 @@ def seed_002() -> AgentConfig:
     - recall_k 0: no long-term memory, only the window.
     - loop_window 1: no dead-loop rule.
 
-    Differs: the seed's window drops old messages, reinloop folds what leaves it into a summary (compress_every
-    keeps its default 5, so a 6-round run folds nothing); the seed returns "LLM调用失败" when the model call
-    fails, reinloop retries a transient failure (model_max_attempts 3), as the seed's ChatOpenAI client does on
-    its own. The seed's ``timeout=1`` is the weather tool's HTTP timeout, not the loop's; its temperature 0
-    and ``max_tokens=512`` are model settings. Silent, so reinloop's defaults: the cut of observations (500)
-    and of thoughts (300), summary_max_chars, context_token_budget, tool_timeout_s. Still on: argument
-    validation, the tool timeout and the cut of tool output, the token budget of a model call.
+    Differs: reinloop's error streak counts the tools' errors only, and leaves the model's own mistakes (an
+    unreadable reply, an unknown tool, invalid arguments) to max_iterations, each with its feedback: no error
+    ends the loop either way. The seed's window drops old messages, reinloop folds what leaves it into a
+    summary (compress_every keeps its default 5, so a 6-round run folds nothing); the seed returns "LLM调用失败"
+    when the model call fails, reinloop retries a transient failure (model_max_attempts 3), as the seed's
+    ChatOpenAI client does on its own. The seed's ``timeout=1`` is the weather tool's HTTP timeout, not the
+    loop's; its temperature 0 and ``max_tokens=512`` are model settings. Silent, so reinloop's defaults: the
+    cut of observations (500) and of thoughts (300), summary_max_chars, context_token_budget, tool_timeout_s.
+    Still on: argument validation, the tool timeout and the cut of tool output, the token budget of a model
+    call.
     """
     return AgentConfig(
         protocol="react",

@@ -10,9 +10,13 @@ from langgraph.checkpoint.memory import InMemorySaver
 from reinloop import AgentConfig, build_agent, resume
 from reinloop.checkpoint import open_checkpointer
 from reinloop.testing import ScriptedChatModel, tool_call
-from tests.conftest import add, new_thread
+from tests.conftest import add, lookup, new_thread
 
-SCRIPT = [tool_call("add", {"a": n, "b": 1}) for n in range(3)] + [tool_call("nope"), "3 is the last sum"]
+# Three sums, a lookup that fails (the tool raises: an error the streak counts), then the answer.
+SCRIPT = [tool_call("add", {"a": n, "b": 1}) for n in range(3)] + [
+    tool_call("lookup", {"key": "last_sum"}),
+    "3 is the last sum",
+]
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgres"])
@@ -32,7 +36,7 @@ def test_break_then_resume_in_a_new_agent_on_the_same_database(database, caplog)
         model = ScriptedChatModel(
             respond=lambda messages: SCRIPT[sum(m.type == "ai" and m.name != "circuit_break" for m in messages)]
         )
-        return build_agent(model, [add], config=AgentConfig(max_iterations=2), checkpointer=saver)
+        return build_agent(model, [add, lookup], config=AgentConfig(max_iterations=2), checkpointer=saver)
 
     def session(fn):
         if isinstance(database, InMemorySaver):
@@ -58,7 +62,9 @@ def test_break_then_resume_in_a_new_agent_on_the_same_database(database, caplog)
         "3 is the last sum",
         5,
     )
-    assert finished["consecutive_errors"] == 1  # the unknown tool in between, carried in saved state
+    assert finished["consecutive_errors"] == 1  # the failed lookup in between, carried in saved state
+    [line] = finished["streak_errors"]  # and the call that failed, with its error
+    assert line.startswith('lookup({"key": "last_sum"}): ') and "unknown key 'last_sum'" in line
     assert "unregistered" not in caplog.text  # state holds no custom types a strict serializer would refuse
 
 
@@ -80,14 +86,14 @@ def test_either_sqlite_saver_continues_a_thread_the_other_saved(tmp_path, first)
         respond=lambda messages: SCRIPT[sum(m.type == "ai" and m.name != "circuit_break" for m in messages)]
     )
     before = savers[0]()
-    stopped = build_agent(model, [add], config=AgentConfig(max_iterations=2), checkpointer=before).invoke(
+    stopped = build_agent(model, [add, lookup], config=AgentConfig(max_iterations=2), checkpointer=before).invoke(
         {"task": "add 1 to 0, 1, 2"}, thread
     )
     versions = before.get_tuple(thread).checkpoint["channel_versions"]
     assert stopped["iteration"] == 2
     assert all(len(str(version)) == 32 for version in versions.values()) == (first == "reinloop's saver")
     after = savers[1]()
-    finished = resume(build_agent(model, [add], checkpointer=after), thread, extra_iterations=3)
+    finished = resume(build_agent(model, [add, lookup], checkpointer=after), thread, extra_iterations=3)
     assert (finished["finish_reason"], finished["final_answer"], finished["iteration"]) == (
         "answered",
         "3 is the last sum",
@@ -143,8 +149,8 @@ def _changed_keys_run(chunks):
     return [value for node, key, value in written if key == "consecutive_errors"]
 
 
-# An error (unknown tool), then successes: consecutive_errors goes 0 -> 1 -> 0 and then stays 0.
-CHANGING_SCRIPT = [tool_call("nope"), *(tool_call("add", {"a": n, "b": 1}) for n in range(3)), "3"]
+# A tool error (a lookup that raises), then successes: consecutive_errors goes 0 -> 1 -> 0 and then stays 0.
+CHANGING_SCRIPT = [tool_call("lookup", {"key": "nope"}), *(tool_call("add", {"a": n, "b": 1}) for n in range(3)), "3"]
 
 
 # The thread's saved writes of consecutive_errors, in LangGraph's SQLite schema (sync and async savers alike).
@@ -157,7 +163,7 @@ def test_a_node_saves_only_the_keys_it_changes(tmp_path):
     from reinloop import sqlite_checkpointer
 
     saver = sqlite_checkpointer(tmp_path / "runs.sqlite")
-    agent = build_agent(ScriptedChatModel(replies=CHANGING_SCRIPT), [add], checkpointer=saver)
+    agent = build_agent(ScriptedChatModel(replies=CHANGING_SCRIPT), [add, lookup], checkpointer=saver)
     thread = new_thread()
     chunks = agent.stream({"task": "count"}, thread, stream_mode=["updates", "values"])
     assert _changed_keys_run(chunks) == [1, 0]
@@ -170,7 +176,7 @@ async def test_an_async_node_saves_only_the_keys_it_changes(tmp_path):
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
     async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "runs.sqlite")) as saver:
-        agent = build_agent(ScriptedChatModel(replies=CHANGING_SCRIPT), [add], checkpointer=saver)
+        agent = build_agent(ScriptedChatModel(replies=CHANGING_SCRIPT), [add, lookup], checkpointer=saver)
         thread = new_thread()
         chunks = [chunk async for chunk in agent.astream({"task": "count"}, thread, stream_mode=["updates", "values"])]
         assert _changed_keys_run(chunks) == [1, 0]

@@ -168,8 +168,15 @@ def test_seed_004_counts_calls_of_one_tool_whatever_the_arguments():
 
 
 def test_seed_002_goes_on_after_every_error_until_its_six_iterations():
-    # An unreadable reply costs a round, with no retry, and errors never end the loop: only MAX_ITER does.
+    # An unreadable reply costs a round, with no retry, and gets the seed's "format error" note; it is the
+    # model's own mistake, no error of reinloop's streak, so max_iterations ends the loop, as MAX_ITER does.
     result, model = run("seed-002", ["I am not sure."] * 6)
+    assert (result["finish_reason"], result["iteration"], len(model.calls)) == ("max_iterations", 6, 6)
+    notes = [call.messages[-1].text for call in model.calls[1:]]
+    assert len(notes) == 5 and all(note.startswith("Error: your reply could not be read") for note in notes)
+    assert result["consecutive_errors"] == 0
+    # A tool error counts, one a round at most, but never reaches error_threshold 7 within the six rounds.
+    result, model = run("seed-002", [f'Action: explode[{{"reason": "{n}"}}]' for n in range(6)])
     assert (result["finish_reason"], result["iteration"], len(model.calls)) == ("max_iterations", 6, 6)
     assert result["consecutive_errors"] == 6
 

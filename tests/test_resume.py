@@ -39,10 +39,13 @@ WORKER = Path(__file__).with_name("crash_worker.py")
     ],
 )
 def test_resume_refuses_what_it_cannot_do(setup, config, error, message):
-    script = {"none": [], "answered": ["done"], "broken": [tool_call("nope")] * 4}[setup]
-    agent, _ = make_agent(script, loop_window=1, max_replans=0)
+    # broken: four lookups that fail (the tool raises), a reflection turn at the third, error_streak at the fourth
+    broken = [tool_call("lookup", {"key": f"missing_{n}"}) for n in range(4)]
+    script = {"none": [], "answered": ["done"], "broken": broken}[setup]
+    agent, _ = make_agent(script, max_replans=0)
     if setup != "none":
-        agent.invoke({"task": "t"}, THREAD)
+        stopped = agent.invoke({"task": "t"}, THREAD)
+        assert stopped["finish_reason"] == {"answered": "answered", "broken": "error_streak"}[setup]
     config = dict(config)
     extra = config.pop("extra", None)
     with pytest.raises(error, match=message):

@@ -164,18 +164,22 @@ def test_the_embedded_model_is_capped_for_llama_cpp_too(tmp_path):
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_a_run_whose_every_reply_is_cut_runs_no_call_and_ends_as_error_streak(protocol, recorder):
+def test_a_run_whose_every_reply_is_cut_runs_no_call_and_ends_at_max_iterations(protocol, recorder):
     model = ScriptedChatModel(respond=lambda messages: cut_reply(ADD_CALLS[protocol]), max_calls=20)
-    config = AgentConfig(protocol=protocol, max_replans=0)
+    # No re-plans: were a cut reply counted as an error, error_streak would stop the run at the third round.
+    config = AgentConfig(protocol=protocol, max_replans=0, max_iterations=4)
     agent = build_agent(model, [recorder.add], config=config, checkpointer=InMemorySaver())
     result = agent.invoke({"task": "Add 1 and 2."}, new_thread())
     assert recorder.runs == [] and not [m for m in result["messages"] if isinstance(m, ToolMessage)]
-    # Each round: the cut reply and its retry (cut again), two errors; the reflection turn at the second round,
-    # the stop when errors continue in the third.
-    assert (result["finish_reason"], result["iteration"], len(model.calls)) == ("error_streak", 3, 6)
-    hint = model.calls[1].messages[-1]
-    assert isinstance(hint, HumanMessage) and "cut off by the output limit" in hint.content
-    assert "write a shorter reply" in hint.content
+    # A cut reply is the model's own mistake: retried with the hint, never an error of the streak; each round,
+    # the cut reply and its retry (cut again), until max_iterations ends the run.
+    calls_a_round = 1 + config.max_parse_retries
+    assert (result["finish_reason"], result["iteration"], len(model.calls)) == ("max_iterations", 4, 4 * calls_a_round)
+    assert result["consecutive_errors"] == 0
+    for call in model.calls[1:]:  # every call after the first is shown why the reply before it was not used
+        hint = call.messages[-1]
+        assert isinstance(hint, HumanMessage) and "cut off by the output limit" in hint.content
+        assert "write a shorter reply" in hint.content
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -267,9 +271,12 @@ def assert_nothing_ran(values):
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_the_command_caps_a_server_that_never_stops_and_ends_the_run_as_error_streak(runaway, tmp_path, protocol):
-    code, values = run_cli(runaway, tmp_path, "--protocol", protocol, "--max-replans", "0")
-    assert (code, values["finish_reason"]) == (EXIT_CODES["error_streak"], "error_streak")
+def test_the_command_caps_a_server_that_never_stops_and_ends_the_run_at_max_iterations(runaway, tmp_path, protocol):
+    code, values = run_cli(runaway, tmp_path, "--protocol", protocol, "--max-replans", "0", "--max-iterations", "3")
+    # Cut replies are the model's own mistakes, not errors of the streak: only max_iterations ends the run.
+    assert (code, values["finish_reason"]) == (EXIT_CODES["max_iterations"], "max_iterations") == (3, "max_iterations")
+    assert (values["iteration"], values["consecutive_errors"]) == (3, 0)
+    assert values["usage"]["model_calls"] == len(runaway.requests) == 3 * 2  # each round: a reply and one retry
     assert_capped(runaway, DEFAULT_REPLY_TOKENS)
     assert_nothing_ran(values)  # every reply held a complete calculator call, cut off
     assert values["usage"]["completion_tokens"] == sum(runaway.completions)  # as the server reported them
@@ -290,10 +297,11 @@ def test_the_command_ends_a_runaway_within_its_run_token_budget(runaway, tmp_pat
 def test_build_agent_caps_a_model_string_pointed_at_a_server_by_openai_base_url(runaway, recorder, monkeypatch):
     monkeypatch.setenv("OPENAI_BASE_URL", runaway.base_url)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    agent = build_agent("openai:runaway", [recorder.calculator], config=AgentConfig(max_reply_tokens=64, max_replans=0),
-                        checkpointer=InMemorySaver())  # fmt: skip
+    config = AgentConfig(max_reply_tokens=64, max_replans=0, max_iterations=2)
+    agent = build_agent("openai:runaway", [recorder.calculator], config=config, checkpointer=InMemorySaver())
     result = agent.invoke({"task": "What is 23 * 19?"}, new_thread())
-    assert result["finish_reason"] == "error_streak" and recorder.runs == []
+    assert (result["finish_reason"], result["iteration"], result["consecutive_errors"]) == ("max_iterations", 2, 0)
+    assert recorder.runs == [] and len(runaway.requests) == 2 * 2  # each round: a reply and one retry, both cut
     assert_capped(runaway, 64)
     assert "cut off by the output limit at 64 tokens" in json.dumps(runaway.requests[1]["messages"])
 

@@ -335,8 +335,12 @@ def test_arguments_are_checked_before_the_call(tools: dict[str, MCPTool], mode: 
     (seen,) = observations(model)
     assert seen.startswith("Error: invalid arguments for 'add'") and "a: expected integer" in seen
     assert "b: missing (required)" in seen and "Expected add(a: integer, b: integer)" in seen
-    # Refused before it ran: the server never saw the call.
-    assert (result["consecutive_errors"], result["tool_attempts"]) == (1, 0)
+    # Refused before it ran: the server never saw the call, recorded as a call that failed validation.
+    assert result["tool_attempts"] == 0
+    assert [record["outcome"] for record in result["call_window"][0]] == ["invalid"]
+    # The model's own mistake: its feedback, as an error observation, but no error of the streak.
+    assert [message.status for message in result["messages"] if isinstance(message, ToolMessage)] == ["error"]
+    assert (result["finish_reason"], result["consecutive_errors"]) == ("answered", 0)
 
 
 @pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
