@@ -99,13 +99,21 @@ def verdicts(points: list[dict[str, Any]]) -> str:
         f"{_where(points, 'paired', REFERENCE, _level)}."
     ]
     for agent in ABLATIONS:
-        lines.append(
-            f"- {agent.removeprefix('reinloop ')}: reinloop solves more at {_where(points, 'paired', agent, _above)}, "
-            f"fewer at {_where(points, 'paired', agent, _below)}; it spends fewer tokens per run at "
-            f"{_where(points, 'paired_tokens', agent, _below)}, more at "
-            f"{_where(points, 'paired_tokens', agent, _above)}."
+        success = _directions(points, "paired", agent, ("solves more", "solves fewer", "solves as many"))
+        tokens = _directions(
+            points, "paired_tokens", agent, ("spends more tokens per run", "spends fewer", "spends as many")
         )
+        lines.append(f"- {agent.removeprefix('reinloop ')}: reinloop {success}; it {tokens}.")
     return "\n".join(lines)
+
+
+def _directions(points: list[dict[str, Any]], key: str, agent: str, words: tuple[str, str, str]) -> str:
+    """Where reinloop's paired difference with `agent` is above zero and where below (`words`: above, below,
+    neither), or that no interval tells them apart."""
+    above, below, same = words
+    found = ((above, _where(points, key, agent, _above)), (below, _where(points, key, agent, _below)))
+    parts = [f"{said} at {where}" for said, where in found if where != "none"]
+    return ", ".join(parts) if parts else f"{same} at every point (no interval excludes zero)"
 
 
 def _left_out(profiles: list[str]) -> str:
