@@ -4,6 +4,9 @@ at a temperature, over several seeds, with tool faults, every agent held to the 
     .venv/bin/python benchmarks/real_model.py --tasks 200 --seeds 100 101 102          # the embedded model
     .venv/bin/python benchmarks/real_model.py --base-url http://host:8000/v1 --model NAME --protocol json
 
+Each run is appended to runs.jsonl in --out as it ends; `--resume` with the same arguments keeps those and runs
+the rest (the 1,800 runs of the first command take hours on a CPU: run it in parts, e.g. under nohup, and resume).
+
 Every agent gets the same model object (its reply cap: the embedded model's 200 tokens), the same seed for its
 n-th model call on a task at a seed, the same tool faults (drawn from the task and seed), at most 20 rounds,
 and the same context budget: reinloop's (the embedded model's 3,400 tokens), the peers' prompts held to it
@@ -35,7 +38,7 @@ from reinloop_eval.real_benchmark import (
     success_intervals,
 )
 from reinloop_eval.report import paired_all
-from reinloop_eval.run import REPORTING_SEEDS
+from reinloop_eval.run import REPORTING_SEEDS, RunRecord
 from reinloop_eval.task_bank import BANK_SIZE, task_bank
 
 
@@ -50,10 +53,29 @@ def main() -> None:
     parser.add_argument("--model", help="the server's model name (with --base-url)")
     parser.add_argument("--base-url", help="an OpenAI-compatible server; default: the embedded model")
     parser.add_argument("--out", type=Path, default=Path("real-model-benchmark"))
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the runs --out's runs.jsonl holds (an interrupted benchmark's, same arguments) and run the rest",
+    )
     args = parser.parse_args()
     sampling = Sampling(temperature=args.temperature, seeds=tuple(args.seeds), tool_fault_rate=args.tool_fault_rate)
     tasks = task_bank(args.tasks)
-    command = shlex.join([".venv/bin/python", "benchmarks/real_model.py", *sys.argv[1:]])
+    command = shlex.join(
+        [".venv/bin/python", "benchmarks/real_model.py", *[a for a in sys.argv[1:] if a != "--resume"]]
+    )
+    args.out.mkdir(parents=True, exist_ok=True)
+    log = args.out / "runs.jsonl"  # each run as it ends, for --resume
+    done = (
+        [RunRecord(**json.loads(line)) for line in log.read_text().splitlines()] if args.resume and log.exists() else []
+    )
+    if not args.resume:
+        log.write_text("")
+
+    def keep(record: RunRecord) -> None:
+        with log.open("a") as file:
+            file.write(json.dumps(dataclasses.asdict(record)) + "\n")
+
     console = Console()
     started, cpu = time.perf_counter(), time.process_time()
     with (
@@ -74,7 +96,9 @@ def main() -> None:
             if not console.is_terminal:  # a log (nohup): one line a run
                 console.print(f"{time.perf_counter() - started:7.0f} s  {agent} / {task} / seed {seed}", markup=False)
 
-        records = run_sampled(real, tasks, sampling=sampling, agents=args.agents, progress=advance)
+        records = run_sampled(
+            real, tasks, sampling=sampling, agents=args.agents, progress=advance, done=done, on_record=keep
+        )
         label = "the embedded model" if real.label == LOCAL else real.label
         config = real.config
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu
@@ -87,7 +111,6 @@ def main() -> None:
         f"{BUDGET_NOTE} {wall:,.0f} s wall, {cpu:,.0f} s CPU in this process (the model runs in its own).\n\n{table}\n"
     )
     console.print(text, markup=False, highlight=False)
-    args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "real-model.md").write_text(text)
     result = {
         "command": command,

@@ -97,13 +97,18 @@ def run_sampled(
     sampling: Sampling = Sampling(),
     agents: Sequence[str] = SAMPLED_AGENTS,
     progress: Callable[[str, str, int], None] | None = None,
+    done: Sequence[RunRecord] = (),
+    on_record: Callable[[RunRecord], None] | None = None,
 ) -> list[RunRecord]:
     """Every agent on every task at every seed of `sampling`, on `real` (a `reinloop.models.ChosenModel`): each
     run with a model of its own seeded from the task and seed (`seeded`), and the tool faults drawn from them;
     reinloop with `real.config`'s context budget and reply cap, the peers' prompts held to the same budget
     (`WrittenToolCalls`), all with the same model object's reply cap. `progress(agent, task, seed)` after
-    each run."""
+    each run, `on_record(record)` after each new one; the runs of `done` (an earlier, interrupted benchmark's)
+    are not run again but returned in their place: every run's model and faults come from its task and seed
+    alone, so a resumed benchmark gives the records an uninterrupted one would."""
     profile = sampling.profile()
+    earlier = {(record.agent, record.task, record.seed): record for record in done}
     # The tool timeout the fault wrappers assume for reinloop (`tool_timeout_of`); the peers have none.
     config = {**real.config, "tool_timeout_s": TOOL_TIMEOUT_S}
     records = []
@@ -111,9 +116,13 @@ def run_sampled(
         for seed in sampling.seeds:
             for task in tasks:
                 for agent in agents:
-                    model = seeded(real.model, sampling.temperature, run_seed(seed, task))
-                    run = dataclasses.replace(real, model=model, config=config)
-                    records.append(run_task(agent, task, profile, seed, Path(folder) / str(seed), run))
+                    if (record := earlier.get((agent, task.id, seed))) is None:
+                        model = seeded(real.model, sampling.temperature, run_seed(seed, task))
+                        run = dataclasses.replace(real, model=model, config=config)
+                        record = run_task(agent, task, profile, seed, Path(folder) / str(seed), run)
+                        if on_record:
+                            on_record(record)
+                    records.append(record)
                     if progress:
                         progress(agent, task.id, seed)
     return records

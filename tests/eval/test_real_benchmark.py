@@ -3,6 +3,7 @@ answer and refuse a wrong one; every agent is sampled with the same seeds, tempe
 the same tool faults and is held to the same context budget. The model is a scripted OpenAI-compatible server
 (httpx's MockTransport): the requests it records are what the model was sent."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -153,3 +154,17 @@ def test_the_peers_prompts_are_held_to_reinloops_context_budget():
     assert counter.messages(prompt) <= 2_000
     assert any("Task: compute things" in m.text for m in prompt)  # the task stays
     assert prompt[-1].text.startswith(OBSERVATION_LABEL)  # the newest turn stays
+
+
+def test_a_resumed_benchmark_runs_only_what_is_left_and_gives_the_uninterrupted_records():
+    sampling = Sampling(temperature=0.7, seeds=(100, 101), tool_fault_rate=0.2)
+    whole = run_sampled(scripted_model(ScriptedServer()), task_bank(2), sampling=sampling)
+    server, new = ScriptedServer(), []
+    resumed = run_sampled(scripted_model(server), task_bank(2), sampling=sampling, done=whole[:5], on_record=new.append)
+    assert len(new) == len(whole) - 5 and resumed[:5] == whole[:5]  # the earlier runs kept, not run again
+
+    def same(record):
+        return dataclasses.replace(record, wall_s=0.0)  # all but the real seconds
+
+    assert [same(record) for record in resumed] == [same(record) for record in whole]
+    assert [same(record) for record in new] == [same(record) for record in whole[5:]]
