@@ -16,18 +16,16 @@ from collections import Counter
 from typing import Any, ClassVar
 
 from reinloop.guards.base import Guard, Note, Round, Stop, at_least, called
-from reinloop.guards.repeats import REFUSALS
-from reinloop.state import AgentState, ErrorKind, RunState
+from reinloop.guards.repeats import MODEL_MISTAKES, REFUSALS
+from reinloop.state import AgentState, RunState
 from reinloop.text import counted, gist, truncate
 
-__all__ = ["MODEL_MISTAKES", "REFLECTION_TEMPLATE", "STOP_TEMPLATE", "STREAK_LINE_CHARS", "ErrorStreak", "listed"]
+__all__ = ["REFLECTION_TEMPLATE", "STOP_TEMPLATE", "STREAK_LINE_CHARS", "ErrorStreak", "listed"]
 
 STOP_TEMPLATE = "Stopped: {error_count} in a row (the limit is {threshold}). The last one: {last_error}"
 REFLECTION_TEMPLATE = (
     "Your last {count} attempts failed:\n{errors}\nTry another tool, other arguments, or answer with what you know."
 )
-# The model's mistakes caught before any tool runs, which the streak does not count (an unreadable reply neither).
-MODEL_MISTAKES: frozenset[ErrorKind] = frozenset({"unknown_tool", "invalid_args"})
 # One error of the streak, as the reflection turn lists it: the call and the error's first sentence.
 STREAK_LINE_CHARS = 100
 

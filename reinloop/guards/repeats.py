@@ -28,6 +28,7 @@ __all__ = [
     "DEAD_LOOP_TEMPLATE",
     "DEAD_LOOP_TOOL_TEMPLATE",
     "IN_DOUBT_REPEAT_TEMPLATE",
+    "MODEL_MISTAKES",
     "REFUSALS",
     "REPEATED_CALL_TEMPLATE",
     "REPEATED_TOOL_TEMPLATE",
@@ -73,6 +74,9 @@ _TEMPLATES: dict[LoopKey, tuple[str, str]] = {
 }
 # Rejections that are feedback on the repetition itself, not on the call.
 REFUSALS: frozenset[ErrorKind] = frozenset({"repeated_call", "repeat_after_feedback"})
+# The model's mistakes, caught before any tool runs: recorded as "invalid", never judged or counted as repeats,
+# and no errors of the streak (an unreadable reply neither).
+MODEL_MISTAKES: frozenset[ErrorKind] = frozenset({"unknown_tool", "invalid_args"})
 
 
 @dataclass
@@ -205,7 +209,7 @@ def record(check: CallCheck, outcome: ToolOutcome | None) -> CallRecord:
         return CallRecord(signature=signature, name=name, outcome="cached", result=check.get("cached"))
     if check["error_kind"] in REFUSALS:
         return CallRecord(signature=signature, name=name, outcome="refused", result=check.get("known"))
-    if check["error_kind"] in ("invalid_args", "unknown_tool"):
+    if check["error_kind"] in MODEL_MISTAKES:
         return CallRecord(signature=signature, name=name, outcome="invalid", result=None)
     if outcome is None or outcome["error_kind"] is not None:
         return CallRecord(signature=signature, name=name, outcome="failed", result=None)
