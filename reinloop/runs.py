@@ -12,6 +12,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -38,6 +39,7 @@ __all__ = [
     "RunReport",
     "RunsDatabase",
     "RunsError",
+    "build_run_agent",
     "check_rounds",
     "continue_run",
     "default_db",
@@ -170,6 +172,24 @@ class Built:
 def open_agent(
     settings: dict[str, Any], db: RunsDatabase, *, limits: Mapping[str, Any] | None = None, no_memory: bool = False
 ) -> Iterator[Built]:
+    with ExitStack() as stack:
+        store = None if no_memory else partial(_memory_store, stack, db.memory_path)
+        yield build_run_agent(stack, settings, lambda: db.saver, limits=limits, store=store)
+
+
+def build_run_agent(
+    stack: ExitStack,
+    settings: dict[str, Any],
+    saver: Callable[[], Any],
+    *,
+    limits: Mapping[str, Any] | None = None,
+    store: Callable[[], Any] | None = None,
+    rate_limiter: Any = None,
+) -> Built:
+    """The agent of `reinloop run` for `settings`: its model (running until `stack` closes), the preset's and
+    the model's config with `limits` over them, the toolset in the settings' workspace and the MCP servers' tools,
+    the approvals; saved by the checkpointer `saver()` gives and with the memory store `store()` gives (if any),
+    both asked for once the rest is ready. A LangChain `rate_limiter` paces the model's calls."""
     from reinloop import build_agent, default_toolset
     from reinloop.models import model_from_settings
     from reinloop.presets import layered_config, preset_protocol
@@ -178,22 +198,22 @@ def open_agent(
         from reinloop.tools.mcp import load_mcp_config
 
         load_mcp_config(settings["mcp_config"])  # a bad file is refused before a model starts
-    with ExitStack() as stack:
-        # The protocol typed, else the preset's, else the model's own (the embedded model has no tool calling).
-        protocol = settings["protocol"] or preset_protocol(settings.get("preset"))
-        chosen = stack.enter_context(model_from_settings(settings["model"], settings["base_url"], protocol))
-        settings = {**settings, "model": chosen.label, "protocol": chosen.protocol}
-        # A limit left out is None and overrides nothing.
-        given = {key: value for key, value in (limits or {}).items() if value is not None}
-        config = layered_config(settings.get("preset"), chosen, given)
-        workspace = workspace_folder(settings["workspace"] or "reinloop-workspace")
-        tools = default_toolset(workspace, model=chosen.model, weather_base_url=os.environ.get("REINLOOP_WEATHER_URL"))
-        tools += mcp_tools(stack, settings, config.tool_timeout_s)
-        store = None if no_memory else _memory_store(stack, db.memory_path)
-        approve = settings["approve"].split(",") if settings.get("approve") else DEFAULT_APPROVALS
-        agent = build_agent(chosen.model, tools, config=config, checkpointer=db.saver, store=store,
-                            protocol=chosen.decision_protocol, approve=approve)  # fmt: skip
-        yield Built(agent, settings, config)
+    # The protocol typed, else the preset's, else the model's own (the embedded model has no tool calling).
+    protocol = settings["protocol"] or preset_protocol(settings.get("preset"))
+    chosen = stack.enter_context(model_from_settings(settings["model"], settings["base_url"], protocol))
+    settings = {**settings, "model": chosen.label, "protocol": chosen.protocol}
+    if rate_limiter is not None:
+        chosen.model.rate_limiter = rate_limiter
+    # A limit left out is None and overrides nothing.
+    given = {key: value for key, value in (limits or {}).items() if value is not None}
+    config = layered_config(settings.get("preset"), chosen, given)
+    workspace = workspace_folder(settings["workspace"] or "reinloop-workspace")
+    tools = default_toolset(workspace, model=chosen.model, weather_base_url=os.environ.get("REINLOOP_WEATHER_URL"))
+    tools += mcp_tools(stack, settings, config.tool_timeout_s)
+    approve = settings["approve"].split(",") if settings.get("approve") else DEFAULT_APPROVALS
+    agent = build_agent(chosen.model, tools, config=config, checkpointer=saver(), store=store and store(),
+                        protocol=chosen.decision_protocol, approve=approve)  # fmt: skip
+    return Built(agent, settings, config)
 
 
 def mcp_tools(stack: ExitStack, settings: dict[str, Any], tool_timeout_s: float) -> list[BaseTool]:

@@ -9,7 +9,9 @@ model saw, and `bind_tools` records the tools it was given.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -57,14 +59,19 @@ class ScriptedChatModel(BaseChatModel):
 
     `replies`: a queue of AIMessages, strings (text replies) or exceptions (raised). `respond`: instead, a
     function from the sent messages to a reply; `max_calls` then bounds how often it may be called.
+    `latency_s`: how long each call waits before it replies (asleep on the event loop under ainvoke), as a
+    model server would; `record=False` keeps no calls (a long benchmark's memory).
     """
 
     replies: list[Any] = Field(default_factory=list, repr=False)
     respond: Callable[[list[BaseMessage]], Reply] | None = None
     max_calls: int | None = None
+    latency_s: float = 0.0
+    record: bool = True
 
     _calls: list[RecordedCall] = PrivateAttr(default_factory=list)
     _position: int = PrivateAttr(default=0)
+    _count: int = PrivateAttr(default=0)
 
     @property
     def _llm_type(self) -> str:
@@ -87,7 +94,14 @@ class ScriptedChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        self._calls.append(RecordedCall(list(messages), list(kwargs.get("tools") or [])))
+        if self.latency_s:
+            time.sleep(self.latency_s)
+        return self._reply(messages, **kwargs)
+
+    def _reply(self, messages: list[BaseMessage], **kwargs: Any) -> ChatResult:
+        self._count += 1
+        if self.record:
+            self._calls.append(RecordedCall(list(messages), list(kwargs.get("tools") or [])))
         reply = self._next_reply(messages)
         if isinstance(reply, Exception):
             raise reply
@@ -104,10 +118,12 @@ class ScriptedChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         # The same script, played on the event loop (LangChain's default would play it in a worker thread).
-        return self._generate(messages, stop, None, **kwargs)
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        return self._reply(messages, **kwargs)
 
     def _next_reply(self, messages: list[BaseMessage]) -> Reply:
-        count = len(self._calls)
+        count = self._count
         if self.respond is not None:
             if self.max_calls is not None and count > self.max_calls:
                 raise ScriptExhaustedError(f"called {count} times, but max_calls={self.max_calls}")

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from reinloop.cli import commands
+from reinloop.cli.batches import add_batch_options
 from reinloop.cli.browse import DEFAULT_PORT
 from reinloop.presets import PRESETS, canonical_name
 from reinloop.protocols import PROTOCOLS
@@ -38,6 +39,13 @@ def build_parser() -> argparse.ArgumentParser:
     resume.add_argument("--hint", help="a hint for the model")
     resume.add_argument("--workspace", type=Path, help="folder the tools work in (default: the run's)")
     resume.set_defaults(handler=commands.resume)
+
+    batch = subcommands.add_parser(
+        "batch", parents=[database, agent], help="run an agent over the tasks of a JSONL file, resumably"
+    )
+    add_batch_options(batch)
+    batch.add_argument("--workspace", type=Path, default=Path("reinloop-workspace"), help="folder the tools work in")
+    batch.set_defaults(handler=commands.batch)
 
     history = subcommands.add_parser("history", parents=[database], help="the steps and checkpoints of a thread")
     history.add_argument("thread")
