@@ -3,7 +3,8 @@
 Two runs continuing one thread at once would each run every remaining step (with new idempotency keys) and
 fork its history, so a run takes the thread's lease before its first step and gives it back when it ends; a
 second writer gets `ThreadBusyError`, or waits if it was built to. The lease is a session-level advisory lock
-on PostgreSQL, a row of `reinloop_leases` naming the holder process on a SQLite file (taken over once that
+on PostgreSQL (on the saver's own connection; for a saver on a pool or an async saver, on one session of the
+process's own per saver, however many runs it has going), a row of `reinloop_leases` naming the holder process on a SQLite file (taken over once that
 process no longer runs), and in one process a lock per database and thread, for every saver. A block that reads
 a thread and then writes it (`reinloop.resume`) holds one lease across its runs: `hold_thread(..., shared=True)`.
 """
@@ -19,6 +20,7 @@ import sqlite3
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Hashable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -311,11 +313,7 @@ def _postgres_lease(saver: BaseCheckpointSaver[Any], thread_id: str) -> _Lease |
         return _PostgresLease(saver, thread_id)
     if not isinstance(saver, PostgresSaver | AsyncPostgresSaver):
         return None
-    conn: Any = saver.conn
-    if hasattr(conn, "conninfo"):  # a pool
-        return _OwnSessionLease((conn.conninfo, dict(conn.kwargs)), thread_id)
-    info = conn.info
-    return _OwnSessionLease((info.dsn, {"password": info.password} if info.password else {}), thread_id)
+    return _SharedSessionLease(_session_of(saver), thread_id)
 
 
 _PG_HOLDER_SQL = """
@@ -366,35 +364,75 @@ class _PostgresLease:
             return cursor.fetchone()
 
 
-class _OwnSessionLease(_PostgresLease):
-    """The advisory lock on a connection of its own, held for the run: for a saver on a pool or an async
-    saver, whose connections the lease cannot hold or use from a worker thread. Costs a connection a run."""
+class _Session:
+    """A database session of this process's own, for the leases of one saver on a pool or an async saver,
+    whose connections the leases cannot hold or use from a worker thread: every run of the saver takes its
+    thread's advisory lock on it, so a process holds one connection for leases however many runs it has going.
+    The session ends with the process (or the saver), and its locks with it."""
 
-    def __init__(self, conninfo: tuple[str, dict[str, Any]], thread_id: str) -> None:
-        super().__init__(None, thread_id)
+    def __init__(self, conninfo: tuple[str, dict[str, Any]]) -> None:
         self.conninfo = conninfo
         self.conn: Any = None
+        self.lock = threading.Lock()
+        self.pid = os.getpid()
 
-    def take(self) -> bool:
+    def run(self, query: Any) -> Any:
         import psycopg
 
-        dsn, options = self.conninfo
-        conn = psycopg.connect(dsn, **{**options, "autocommit": True})
-        try:
-            taken = self._try(conn)
-        except BaseException:
-            conn.close()
-            raise
-        if taken:
-            self.conn = conn
-        else:
-            conn.close()
-        return taken
+        with self.lock:
+            if self.conn is None or self.conn.closed:
+                dsn, options = self.conninfo
+                self.conn = psycopg.connect(dsn, **{**options, "autocommit": True})
+            try:
+                return query(self.conn)
+            except psycopg.OperationalError:
+                # The session is gone (the server restarted, the network failed), and its locks with it.
+                self.conn.close()
+                raise
+
+    def close(self) -> None:
+        with self.lock:
+            if self.conn is not None:
+                self.conn.close()
+
+
+_sessions_guard = threading.Lock()
+_sessions: weakref.WeakKeyDictionary[Any, _Session] = weakref.WeakKeyDictionary()
+
+
+def _session_of(saver: Any) -> _Session:
+    """The lease session of `saver` in this process (a forked child makes its own)."""
+    conn: Any = saver.conn
+    if hasattr(conn, "conninfo"):  # a pool
+        conninfo = (conn.conninfo, dict(conn.kwargs))
+    else:
+        info = conn.info
+        conninfo = (info.dsn, {"password": info.password} if info.password else {})
+    with _sessions_guard:
+        session = _sessions.get(saver)
+        if session is None or session.pid != os.getpid():
+            session = _sessions[saver] = _Session(conninfo)
+            weakref.finalize(saver, session.close)
+        return session
+
+
+class _SharedSessionLease(_PostgresLease):
+    """The advisory lock on the saver's lease session (`_Session`). Two runs of one thread in this process never
+    both ask for it (a session may take its own advisory lock twice): `_Layered`'s local lease comes first, and
+    the session is the saver's, as the local lease is."""
+
+    def __init__(self, session: _Session, thread_id: str) -> None:
+        super().__init__(None, thread_id)
+        self.session = session
+
+    def take(self) -> bool:
+        return bool(self.session.run(self._try))
 
     def give_back(self) -> None:
-        conn, self.conn = self.conn, None
-        if conn is not None:
-            conn.close()  # closing the session ends its advisory locks, whatever state the connection is in
+        import psycopg
+
+        with contextlib.suppress(psycopg.OperationalError):  # the session is gone, and its locks with it
+            self.session.run(lambda conn: self._query(conn, "SELECT pg_advisory_unlock(%s)", (self.key,)))
 
 
 # -- processes --------------------------------------------------------------------------------------------

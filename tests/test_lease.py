@@ -21,7 +21,7 @@ from langgraph.graph import START, StateGraph
 
 from reinloop import AgentConfig, ThreadBusyError, build_agent
 from reinloop.checkpoint import open_checkpointer
-from reinloop.lease import LEASES_TABLE, ahold_thread, hold_thread
+from reinloop.lease import LEASES_TABLE, _PostgresLease, ahold_thread, hold_thread
 from reinloop.state import AgentState
 from reinloop.testing import ScriptedChatModel, tool_call
 from tests.conftest import add, new_thread
@@ -252,6 +252,40 @@ async def test_postgres_savers_on_a_connection_a_pool_and_async_share_a_threads_
                     pass
             with hold_thread(connected, thread, 0), hold_thread(connected, f"{thread}-other", 0):
                 pass  # other threads are free
+
+
+async def test_many_async_runs_on_postgres_hold_their_leases_on_one_session(postgres_url, monkeypatch):
+    """An async saver's runs take their threads' advisory locks on one session of the process's own, not one
+    connection each: a batch of hundreds of runs at once needs two connections a process, not hundreds."""
+    import psycopg
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+    from tests.batch_agents import stepping_agent
+
+    def sessions() -> int:
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchone()
+        return int(row[0])
+
+    monkeypatch.setenv("REINLOOP_BATCH_LATENCY", "0.3")
+    before = sessions()
+    async with AsyncPostgresSaver.from_conn_string(postgres_url) as saver:
+        agent = stepping_agent(saver, None)
+        threads = [f"many-{time.time_ns()}-{n}" for n in range(30)]
+        runs = [asyncio.ensure_future(agent.ainvoke({"task": "t"}, {"configurable": {"thread_id": thread}}))
+                for thread in threads]  # fmt: skip
+        await asyncio.sleep(0.4)  # every run holds its lease, waiting on the model
+        during = sessions()
+        # And the locks hold for any other session.
+        keys = [_PostgresLease(None, thread).key for thread in threads]
+        with psycopg.connect(postgres_url, autocommit=True) as other:
+            taken = [other.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0] for key in keys]
+        assert not any(taken)
+        done = await asyncio.gather(*runs)
+    assert {out["finish_reason"] for out in done} == {"answered"}
+    assert during - before <= 2  # the saver's connection and the lease session
 
 
 def test_a_run_s_end_moves_the_sqlite_wal_into_the_database(tmp_path):
