@@ -25,6 +25,7 @@ import importlib
 import json
 import math
 import os
+import sys
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
@@ -102,8 +103,9 @@ class BatchLimits:
 
     concurrency: runs in flight at once, in all (on Ray, spread over the workers).
     attempts: tries of a task that raises (a model server down, a busy thread) before its error is its result.
-    max_tokens / max_cost_usd: the batch's budget: once its results' tokens (or cost, with `Prices`) reach it, no
-    new run starts; the runs in flight end, the rest stay unstarted for a later run of the batch.
+    max_tokens / max_cost_usd: the batch's budget: once its results' tokens (or cost, with `Prices`) reach it,
+    those written by earlier runs of the batch included, no new run starts; the runs in flight end, the rest stay
+    unstarted for a later run of the batch with a larger budget.
     requests_per_second: the model calls a second, in all; each process's factory gets its share as a
         rate limiter.
     """
@@ -126,7 +128,8 @@ class BatchLimits:
 @dataclass
 class BatchSummary:
     """What a batch did: its tasks, those skipped as already answered, the finish reasons of the runs it ran,
-    the tokens and cost of those runs, the tasks left unstarted by the budget, and its wall and CPU time."""
+    the tokens and cost of those runs (and of the results written before), the tasks left unstarted by the
+    budget, and its wall and CPU time."""
 
     tasks: int
     skipped: int = 0
@@ -136,6 +139,9 @@ class BatchSummary:
     not_started: int = 0
     seconds: float = 0.0
     cpu_seconds: float = 0.0
+    # What the results already in the file had spent (the budget counts them too).
+    earlier_tokens: int = 0
+    earlier_cost_usd: float = 0.0
 
     @property
     def ran(self) -> int:
@@ -246,7 +252,8 @@ async def arun_task(
             raise
         except Exception as exc:  # the run's own failure: a model server down, a busy thread, a bug
             error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:2000]
-            await asyncio.sleep(min(2.0 ** (tried - 1), 10.0))
+            if tried < attempts:
+                await asyncio.sleep(min(2.0 ** (tried - 1), 10.0))
             continue
         return result_record(task, thread, values, tried, time.perf_counter() - started, prices)
     return result_record(task, thread, None, tried, time.perf_counter() - started, prices, error=error)
@@ -311,11 +318,15 @@ async def schedule(
     at once, appending each result as it comes; stop starting runs once the budget is spent. `submit` runs one
     task (here or on a worker)."""
     started, cpu = time.perf_counter(), time.process_time()
-    done = {task_id for task_id, record in results.read().items() if record["finish_reason"] != ERROR}
+    written = results.read()
+    done = {task_id for task_id, record in written.items() if record["finish_reason"] != ERROR}
     summary = BatchSummary(tasks=len(tasks), skipped=sum(task.id in done for task in tasks))
+    # The budget is the batch's: what its earlier runs spent counts.
+    summary.earlier_tokens = sum(_tokens(record) for record in written.values())
+    summary.earlier_cost_usd = sum(record.get("cost_usd") or 0.0 for record in written.values())
+    spent = _spent(summary, limits)
     waiting = iter([task for task in tasks if task.id not in done])
     running: set[asyncio.Task[dict[str, Any]]] = set()
-    spent = False
     while True:
         while not spent and len(running) < limits.concurrency and (task := next(waiting, None)) is not None:
             running.add(asyncio.ensure_future(submit(task)))
@@ -341,9 +352,15 @@ def _count(summary: BatchSummary, record: Mapping[str, Any]) -> None:
 
 
 def _spent(summary: BatchSummary, limits: BatchLimits) -> bool:
-    return (limits.max_tokens is not None and summary.tokens >= limits.max_tokens) or (
-        limits.max_cost_usd is not None and summary.cost_usd >= limits.max_cost_usd
+    tokens, cost = summary.tokens + summary.earlier_tokens, summary.cost_usd + summary.earlier_cost_usd
+    return (limits.max_tokens is not None and tokens >= limits.max_tokens) or (
+        limits.max_cost_usd is not None and cost >= limits.max_cost_usd
     )
+
+
+def _tokens(record: Mapping[str, Any]) -> int:
+    usage = record.get("usage")
+    return int(usage.get("total_tokens", 0)) if isinstance(usage, dict) else 0
 
 
 # -- in this process -------------------------------------------------------------------------------------------
@@ -386,8 +403,8 @@ def rate_limiter(requests_per_second: float | None, processes: int = 1) -> Any |
 class RunAgent:
     """The factory of `reinloop run`'s agent: the model the settings name (the embedded model without one and
     without OPENAI_API_KEY), the preset, the toolset in `workspace`, the approvals (a run that reaches one waits,
-    saved, for `reinloop resume`). Plain settings, so it can be sent to Ray workers; the model it starts runs
-    until the process ends."""
+    saved, for `reinloop resume`; none with `yes`). Plain settings, so it can be sent to Ray workers; the model
+    it starts runs until the process ends."""
 
     model: str | None = None
     base_url: str | None = None
@@ -398,21 +415,26 @@ class RunAgent:
     mcp_config: str | None = None
     mcp_prefix: bool = False
     limits: tuple[tuple[str, Any], ...] = ()
+    yes: bool = False  # approve every call: no run stops for an approval
 
     def __call__(self, checkpointer: Any, rate_limiter: Any | None) -> Any:
         from reinloop.runs import build_run_agent
 
         stack = contextlib.ExitStack()
         atexit.register(stack.close)
-        settings = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "limits"}
-        limits = dict(self.limits)
-        return build_run_agent(stack, settings, lambda: checkpointer, limits=limits, rate_limiter=rate_limiter).agent
+        settings = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("limits", "yes")}
+        built = build_run_agent(stack, settings, lambda: checkpointer, limits=dict(self.limits),
+                                rate_limiter=rate_limiter, ask=not self.yes)  # fmt: skip
+        return built.agent
 
 
 def load_factory(path: str | AgentFactory) -> AgentFactory:
-    """A factory given as itself, or as ``module:function`` (imported here)."""
+    """A factory given as itself, or as ``module:function``, imported here with the working folder on the path
+    (as uvicorn and gunicorn import an app), so a module beside the tasks file is found."""
     if callable(path):
         return path
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
     module, _, name = str(path).partition(":")
     if not module or not name:
         raise BatchError(f"the agent factory must be given as module:function, not {path!r}")

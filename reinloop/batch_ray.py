@@ -28,6 +28,7 @@ from reinloop.batch import (
     BatchTask,
     Prices,
     ResultsFile,
+    RunAgent,
     aopen_checkpointer,
     arun_task,
     check_limits,
@@ -47,7 +48,7 @@ class BatchWorker:
     """What each Ray worker process holds: its agent, built on first use from the factory path."""
 
     def __init__(
-        self, factory: str, db: str, limits: BatchLimits, workers: int, prices: Prices | None, prefix: str
+        self, factory: str | RunAgent, db: str, limits: BatchLimits, workers: int, prices: Prices | None, prefix: str
     ) -> None:
         self.factory, self.db, self.limits, self.workers = factory, db, limits, workers
         self.prices, self.prefix = prices, prefix
@@ -76,7 +77,7 @@ class BatchWorker:
 
 
 def run_many_on_ray(
-    factory: str,
+    factory: str | RunAgent,
     tasks: Iterable[BatchTask] | str | Path,
     *,
     db: str,
@@ -93,8 +94,8 @@ def run_many_on_ray(
     """Run one agent over many tasks on Ray: `workers` worker processes (actors), each running up to `per_worker`
     runs at once, at most `limits.concurrency` in all, saved on the PostgreSQL database `db`. `address` joins a
     running cluster (``ray start --head`` / ``auto``); without it a local cluster starts in this process and ends
-    with the batch. `factory` is a ``module:function`` path every worker can import. `on_workers` is given the
-    worker handles once they exist (a test kills one)."""
+    with the batch. `factory` is a ``module:function`` path every worker can import, or a `RunAgent`.
+    `on_workers` is given the worker handles once they exist (a test kills one)."""
     limits = limits or BatchLimits()
     check_limits(limits, prices)
     if not is_postgres_url(db):
@@ -102,8 +103,11 @@ def run_many_on_ray(
             "a batch on Ray saves its runs where every worker reaches them: give a PostgreSQL URL "
             "(--db postgresql://...), not a SQLite file"
         )
-    if not isinstance(factory, str) or ":" not in factory:
-        raise BatchError("on Ray the agent factory is named by a module:function path, imported on every worker")
+    if not isinstance(factory, str | RunAgent):
+        raise BatchError(
+            "on Ray the agent factory is named by a module:function path, imported on every worker (or is a "
+            "RunAgent, plain settings): a live object is not sent to other processes"
+        )
     if workers < 1 or per_worker < 1:
         raise BatchError("workers and per_worker must be at least 1")
     load_factory(factory)  # a bad path is refused here, before a cluster starts

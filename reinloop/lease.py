@@ -4,9 +4,10 @@ Two runs continuing one thread at once would each run every remaining step (with
 fork its history, so a run takes the thread's lease before its first step and gives it back when it ends; a
 second writer gets `ThreadBusyError`, or waits if it was built to. The lease is a session-level advisory lock
 on PostgreSQL (on the saver's own connection; for a saver on a pool or an async saver, on one session of the
-process's own per saver, however many runs it has going), a row of `reinloop_leases` naming the holder process on a SQLite file (taken over once that
-process no longer runs), and in one process a lock per database and thread, for every saver. A block that reads
-a thread and then writes it (`reinloop.resume`) holds one lease across its runs: `hold_thread(..., shared=True)`.
+process's own per saver, however many runs it has going), a row of `reinloop_leases` naming the holder process
+on a SQLite file (taken over once that process no longer runs), and in one process a lock per database and
+thread, for every saver. A block that reads a thread and then writes it (`reinloop.resume`) holds one lease
+across its runs: `hold_thread(..., shared=True)`.
 """
 
 from __future__ import annotations

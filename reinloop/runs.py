@@ -185,11 +185,13 @@ def build_run_agent(
     limits: Mapping[str, Any] | None = None,
     store: Callable[[], Any] | None = None,
     rate_limiter: Any = None,
+    ask: bool = True,
 ) -> Built:
     """The agent of `reinloop run` for `settings`: its model (running until `stack` closes), the preset's and
     the model's config with `limits` over them, the toolset in the settings' workspace and the MCP servers' tools,
     the approvals; saved by the checkpointer `saver()` gives and with the memory store `store()` gives (if any),
-    both asked for once the rest is ready. A LangChain `rate_limiter` paces the model's calls."""
+    both asked for once the rest is ready. A LangChain `rate_limiter` paces the model's calls; `ask=False` stops
+    at no call for approval (a batch with --yes)."""
     from reinloop import build_agent, default_toolset
     from reinloop.models import model_from_settings
     from reinloop.presets import layered_config, preset_protocol
@@ -212,7 +214,7 @@ def build_run_agent(
     tools += mcp_tools(stack, settings, config.tool_timeout_s)
     approve = settings["approve"].split(",") if settings.get("approve") else DEFAULT_APPROVALS
     agent = build_agent(chosen.model, tools, config=config, checkpointer=saver(), store=store and store(),
-                        protocol=chosen.decision_protocol, approve=approve)  # fmt: skip
+                        protocol=chosen.decision_protocol, approve=approve if ask else ())  # fmt: skip
     return Built(agent, settings, config)
 
 

@@ -253,3 +253,13 @@ async def test_what_a_saved_thread_asks_of_a_batch(snapshot, invoked, reason):
     agent = _SavedAgent(snapshot)
     record = await arun_task(agent, BatchTask("x", "t"))
     assert (agent.invoked, record["finish_reason"]) == (invoked, reason)
+
+
+def test_the_budget_counts_what_earlier_runs_of_the_batch_spent(tmp_path, ledger):
+    db, results = tmp_path / "runs.sqlite", tmp_path / "results.jsonl"
+    first = run_many(STEPPING, _tasks(2), db=db, results=results)
+    # The two results written spend more than this budget: run again, the batch starts nothing new.
+    again = run_many(STEPPING, _tasks(4), db=db, results=results, limits=BatchLimits(max_tokens=first.tokens))
+    assert (again.ran, again.skipped, again.not_started, again.earlier_tokens) == (0, 2, 2, first.tokens)
+    more = run_many(STEPPING, _tasks(4), db=db, results=results, limits=BatchLimits(max_tokens=first.tokens + 1))
+    assert (more.ran, more.not_started) == (2, 0)

@@ -24,7 +24,7 @@ from reinloop.batch import (
     read_tasks,
 )
 from reinloop.checkpoint import database_label
-from reinloop.cli import CommandError
+from reinloop.cli import CommandError, Interrupted
 from reinloop.runs import LIMITS, default_db
 
 __all__ = ["add_batch_options", "batch"]
@@ -85,6 +85,12 @@ def batch(args: argparse.Namespace, console: Console) -> int:
             summary = _run(args, factory, tasks, db, results, limits, prices, told)
         except BatchError as exc:
             raise CommandError(str(exc)) from None
+        except KeyboardInterrupt:
+            written = len(ResultsFile(results).read())
+            raise Interrupted(
+                f"interrupted: {written} of {len(tasks)} tasks have a result in {results}; the runs in flight are "
+                "saved up to their last step: run the same command again to finish the batch"
+            ) from None
     _print_summary(console, summary, results, database_label(db))
     return 0 if not summary.reasons.get("error") and not summary.not_started else 1
 
@@ -105,7 +111,7 @@ def _run_agent(args: argparse.Namespace) -> RunAgent:
     approve = ",".join(args.approve) if args.approve else None
     return RunAgent(model=args.model, base_url=args.base_url, protocol=args.protocol, preset=args.preset,
                     workspace=str(args.workspace), approve=approve, mcp_config=args.mcp_config,
-                    mcp_prefix=args.mcp_prefix, limits=limits)  # fmt: skip
+                    mcp_prefix=args.mcp_prefix, limits=limits, yes=args.yes)  # fmt: skip
 
 
 def _prices(text: str | None) -> Prices | None:
