@@ -133,8 +133,9 @@ def one_at_a_time(sample: int, tasks: int, folder: Path) -> Row:
             await agent.ainvoke({"task": "warm up"}, {"configurable": {"thread_id": f"warm-{time.time_ns()}"}})
             meter.start()
             answered = 0
+            prefix = f"one-{time.time_ns()}:"  # threads of their own: a draw must not continue an earlier one's
             for task in _tasks(sample):
-                config = {"configurable": {"thread_id": thread_for(task.id)}}
+                config = {"configurable": {"thread_id": thread_for(task.id, prefix)}}
                 out = await agent.ainvoke({"task": task.task}, config)
                 answered += out["finish_reason"] == "answered"
             return answered

@@ -9,7 +9,7 @@ model's wait per decision (seconds), REINLOOP_BATCH_STEPS the tool calls per tas
 
 With REINLOOP_BATCH_GATE=DIR, each factory call writes its pid to DIR/factories; a factory called once
 REINLOOP_BATCH_WORKERS processes have called it (a worker Ray restarted) waits for DIR/gate to exist, so the test
-can read what was saved at the kill before the restarted worker resumes anything.
+can read what was saved at the kill before the restarted worker resumes anything (`saved_call_ids`).
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from langchain_core.messages import BaseMessage, ToolMessage
 from langchain_core.tools import tool
 
 from reinloop import AgentConfig, build_agent
+from reinloop.checkpoint import open_checkpointer
+from reinloop.graph import agent_topology
 from reinloop.testing import ScriptedChatModel, tool_call
 from reinloop.tools import idempotency_key
 
@@ -83,3 +85,17 @@ def _wait_if_restarted() -> None:
     if len(earlier) >= int(os.environ.get("REINLOOP_BATCH_WORKERS", "2")):
         while not (Path(gate) / "gate").exists():
             time.sleep(0.05)
+
+
+def saved_call_ids(db: str, threads: list[str]) -> set[str]:
+    """The call ids whose outcome the database holds, in a thread's window or as a saved execute_tool write."""
+    saved: set[str] = set()
+    with open_checkpointer(db) as saver:
+        topology = agent_topology(saver)
+        for thread in threads:
+            snapshot = topology.get_state({"configurable": {"thread_id": thread}})
+            saved |= {m.tool_call_id for m in snapshot.values.get("messages", []) if isinstance(m, ToolMessage)}
+            for task in snapshot.tasks:
+                if task.name == "execute_tool" and isinstance(task.result, dict):
+                    saved |= {outcome["call_id"] for outcome in task.result.get("tool_results", [])}
+    return saved

@@ -263,3 +263,44 @@ def test_the_budget_counts_what_earlier_runs_of_the_batch_spent(tmp_path, ledger
     assert (again.ran, again.skipped, again.not_started, again.earlier_tokens) == (0, 2, 2, first.tokens)
     more = run_many(STEPPING, _tasks(4), db=db, results=results, limits=BatchLimits(max_tokens=first.tokens + 1))
     assert (more.ran, more.not_started) == (2, 0)
+
+
+def test_a_driver_killed_mid_batch_is_finished_by_the_same_command(tmp_path, ledger):
+    """kill -9 of `reinloop batch` while runs are in flight: the same command again answers every task once,
+    and no call whose outcome was saved runs again (a call in flight at the kill may run again with its key)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from collections import Counter
+
+    from tests.test_readme import ROOT
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({"id": f"k{i}", "task": f"task {i}"}) + "\n" for i in range(12)))
+    db, results = tmp_path / "runs.sqlite", tmp_path / "tasks.results.jsonl"
+    command = [sys.executable, "-m", "reinloop", "batch", str(tasks), "--agent", STEPPING, "--db", str(db),
+               "--concurrency", "4", "--quiet"]  # fmt: skip
+    env = {**os.environ, "REINLOOP_BATCH_LATENCY": "0.05", "REINLOOP_BATCH_STEPS": "3", "PYTHONPATH": str(ROOT)}
+    driver = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not (results.exists() and len(results.read_text().splitlines()) >= 3):
+        assert time.monotonic() < deadline and driver.poll() is None, driver.stderr.read() if driver.stderr else ""
+        time.sleep(0.005)
+    driver.send_signal(signal.SIGKILL)
+    driver.wait(timeout=30)
+    at_kill = len(_starts(ledger))
+    saved = batch_agents.saved_call_ids(str(db), [thread_for(f"k{i}") for i in range(12)])
+    answered_at_kill = len(ResultsFile(results).read())
+    assert answered_at_kill < 12, "the batch ended before the kill"
+
+    again = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    ids = [json.loads(line)["id"] for line in results.read_text().splitlines() if line.strip().endswith("}")]
+    assert Counter(ids) == Counter(f"k{i}" for i in range(12))  # every task once
+    assert {r["finish_reason"] for r in ResultsFile(results).read().values()} == {"answered"}
+    starts = _starts(ledger)
+    rerun = [key for key in starts[at_kill:] if key.split("/")[-1] in saved]
+    assert rerun == []
+    assert len(set(starts)) == 12 * 3

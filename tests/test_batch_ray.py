@@ -20,8 +20,7 @@ ray = pytest.importorskip("ray")
 
 from reinloop.batch import BatchLimits, BatchTask, ResultsFile, thread_for  # noqa: E402
 from reinloop.batch_ray import run_many_on_ray  # noqa: E402
-from reinloop.checkpoint import open_checkpointer  # noqa: E402
-from reinloop.graph import agent_topology  # noqa: E402
+from tests.batch_agents import saved_call_ids  # noqa: E402
 
 TASKS = int(os.environ.get("REINLOOP_RAY_TASKS", "12"))
 STEPS = 3
@@ -31,22 +30,6 @@ def _executions(ledger) -> list[tuple[str, str, str]]:
     if not ledger.exists():
         return []
     return [tuple(line.split()) for line in ledger.read_text().splitlines() if line.count(" ") == 2]
-
-
-def _saved_call_ids(db: str, threads: list[str]) -> set[str]:
-    """The call ids whose outcome the database holds, in a thread's window or as a saved execute_tool write."""
-    from langchain_core.messages import ToolMessage
-
-    saved: set[str] = set()
-    with open_checkpointer(db) as saver:
-        topology = agent_topology(saver)
-        for thread in threads:
-            snapshot = topology.get_state({"configurable": {"thread_id": thread}})
-            saved |= {m.tool_call_id for m in snapshot.values.get("messages", []) if isinstance(m, ToolMessage)}
-            for task in snapshot.tasks:
-                if task.name == "execute_tool" and isinstance(task.result, dict):
-                    saved |= {outcome["call_id"] for outcome in task.result.get("tool_results", [])}
-    return saved
 
 
 def test_a_worker_killed_mid_batch_loses_no_task_and_reruns_no_saved_call(postgres_url, tmp_path, monkeypatch):
@@ -73,7 +56,7 @@ def test_a_worker_killed_mid_batch_loses_no_task_and_reruns_no_saved_call(postgr
         kill["pid"], kill["at"] = str(victim), len(_executions(ledger))
         # The restarted worker waits at its gate: what was saved at the kill is read before anything resumes.
         time.sleep(0.2)
-        kill["saved"] = _saved_call_ids(postgres_url, threads)
+        kill["saved"] = saved_call_ids(postgres_url, threads)
         (gate / "gate").touch()
 
     watcher = threading.Thread(target=killer, daemon=True)
