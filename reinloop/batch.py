@@ -11,8 +11,9 @@ is read back without running. A task that keeps failing ends with its error in t
 
 The agent comes from a factory, ``factory(checkpointer, rate_limiter) -> compiled agent``, called once per
 process: in-process it may be any callable; on Ray it is named by a ``module:function`` path, imported on each
-worker, so no live object crosses processes. `rate_limiter` is a LangChain `InMemoryRateLimiter` (this process's
-share of `requests_per_second`), or None: the factory gives it to its chat model (``rate_limiter=``).
+worker, or is a `RunAgent` (plain settings), so no live object crosses processes. `rate_limiter` is a LangChain
+`InMemoryRateLimiter` (this process's share of `requests_per_second`), or None: the factory gives it to its chat
+model (``rate_limiter=``).
 """
 
 from __future__ import annotations
