@@ -41,6 +41,34 @@ AST_RESULT = '{"status": "done"}'
 SHOWN_EMPTY = {"None": '{"result": null}', "{}": '{"result": {}}', "[]": '{"result": []}', "": '{"result": ""}'}
 # Multi-turn methods change their environment: a repeat must run again, never be answered from a cache.
 STATEFUL_POLICY = {POLICY_KEY: {"cacheable": False, "idempotent": False}}
+# The multi-turn methods that only read their environment or compute, declared idempotent as a careful user
+# would (running one again after a lost connection is harmless); their repeats still run, never from a cache.
+# The rest change something (files, orders, messages, the car, a login, the working folder) or are left
+# undeclared where one call twice might (echo writes a file; a login counts).
+READ_ONLY = frozenset(
+    {
+        # math and units
+        "absolute_value", "add", "divide", "logarithm", "max_value", "mean", "min_value", "multiply",
+        "percentage", "power", "round_number", "square_root", "standard_deviation", "subtract", "sum_values",
+        "imperial_si_conversion", "si_unit_conversion", "gallon_to_liter", "liter_to_gallon",
+        "compute_exchange_rate", "estimate_distance", "estimate_drive_feasibility_by_mileage",
+        # the file system's reads
+        "cat", "diff", "du", "find", "grep", "ls", "pwd", "sort", "tail", "wc",
+        # getters and searches
+        "check_tire_pressure", "displayCarStatus", "display_log", "filter_stocks_by_price",
+        "find_nearest_tire_shop", "get_account_info", "get_all_credit_cards", "get_available_stocks",
+        "get_booking_history", "get_budget_fiscal_year", "get_credit_card_balance", "get_current_speed",
+        "get_current_time", "get_flight_cost", "get_message_stats", "get_nearest_airport_by_city",
+        "get_order_details", "get_order_history", "get_outside_temperature_from_google",
+        "get_outside_temperature_from_weather_com", "get_stock_info", "get_symbol_by_name", "get_ticket",
+        "get_transaction_history", "get_tweet", "get_tweet_comments", "get_user_id", "get_user_stats",
+        "get_user_tickets", "get_user_tweets", "get_watchlist", "get_zipcode_based_on_city", "list_all_airports",
+        "list_all_following", "list_users", "message_get_login_status", "posting_get_login_status",
+        "retrieve_invoice", "search_messages", "search_tweets", "ticket_get_login_status",
+        "trading_get_login_status", "travel_get_login_status", "view_messages_sent",
+    }
+)  # fmt: skip
+READ_ONLY_POLICY = {POLICY_KEY: {"cacheable": False, "idempotent": True}}
 
 
 @dataclass(frozen=True)
@@ -133,5 +161,5 @@ def _tool(task: BfclTask, spec: dict[str, Any], executed: Executed, bfcl: Bfcl, 
         name=spec["name"],
         description=spec["description"],
         args_schema=json.loads(json.dumps(spec["parameters"])),  # a copy: a tool owns its schema
-        metadata=STATEFUL_POLICY if task.multi_turn else None,
+        metadata=None if not task.multi_turn else READ_ONLY_POLICY if function in READ_ONLY else STATEFUL_POLICY,
     )

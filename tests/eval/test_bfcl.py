@@ -148,6 +148,18 @@ def test_under_faults_every_run_ends_with_a_verdict(bfcl, sample, tmp_path):
     assert "### multi_turn_base" in tables and tables in (tmp_path / "bfcl.md").read_text()
 
 
+def test_the_multi_turn_reads_are_declared_idempotent_and_every_other_function_not(bfcl):
+    from reinloop.tools.registry import POLICY_KEY
+    from reinloop_eval.bfcl.tasks import READ_ONLY, bfcl_tools
+
+    tasks = load_tasks(bfcl, ["multi_turn_base"])
+    assert {name for task in tasks for name in task.functions} >= READ_ONLY  # every name is one of BFCL's
+    task = next(task for task in tasks if {"ls", "mkdir"} <= set(task.functions))
+    policies = {tool.name: tool.metadata[POLICY_KEY] for tool in bfcl_tools(task, Executed(), bfcl, "run")}
+    assert policies["ls"] == {"cacheable": False, "idempotent": True}
+    assert policies["mkdir"] == policies["cd"] == {"cacheable": False, "idempotent": False}
+
+
 # The ground-truth calls whose values BFCL's own function docs declare another type for: a validating loop
 # refuses them (each a finding about BFCL's data, not about the loop).
 REFUSED_GROUND_TRUTH = {"parallel_multiple_21", "parallel_multiple_94", "multi_turn_base_173"}
