@@ -31,7 +31,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from reinloop.batch import BatchLimits, BatchTask, aopen_checkpointer, run_many, thread_for
+from reinloop.batch import BatchLimits, BatchTask, run_many, thread_for
+from reinloop.checkpoint import aopen_checkpointer
 
 FACTORY = "tests.batch_agents:stepping_agent"
 

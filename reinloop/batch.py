@@ -29,13 +29,13 @@ import os
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from reinloop.checkpoint import is_postgres_url
-from reinloop.errors import ConfigurationError, ReinloopError
+from reinloop.checkpoint import aopen_checkpointer
+from reinloop.errors import ReinloopError
 
 __all__ = [
     "ERROR",
@@ -48,7 +48,6 @@ __all__ = [
     "Prices",
     "ResultsFile",
     "RunAgent",
-    "aopen_checkpointer",
     "arun_many",
     "arun_task",
     "check_limits",
@@ -218,17 +217,15 @@ class ResultsFile:
 
     def append(self, record: Mapping[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("ab") as file:
-            if file.tell() and not self._ends_a_line():
-                file.write(b"\n")
-            file.write(json.dumps(record, ensure_ascii=False).encode() + b"\n")
+        with self.path.open("a+b") as file:  # appends whatever the position; reads where it seeks
+            line = json.dumps(record, ensure_ascii=False).encode() + b"\n"
+            if file.seek(0, os.SEEK_END):
+                file.seek(-1, os.SEEK_END)
+                if file.read(1) != b"\n":  # a record cut short by a crash: the new one starts its own line
+                    line = b"\n" + line
+            file.write(line)
             file.flush()
             os.fsync(file.fileno())
-
-    def _ends_a_line(self) -> bool:
-        with self.path.open("rb") as file:
-            file.seek(-1, os.SEEK_END)
-            return file.read(1) == b"\n"
 
 
 # -- one task ----------------------------------------------------------------------------------------------
@@ -365,29 +362,6 @@ def _tokens(record: Mapping[str, Any]) -> int:
 
 
 # -- in this process -------------------------------------------------------------------------------------------
-
-
-@contextlib.asynccontextmanager
-async def aopen_checkpointer(db: str | Path) -> AsyncIterator[Any]:
-    """An async checkpointer on a SQLite path (`AsyncSqliteSaver`) or a ``postgresql://`` URL
-    (`AsyncPostgresSaver`, with the `postgres` extra), set up, and closed afterwards: what `ainvoke` needs."""
-    if is_postgres_url(db):
-        try:
-            from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-        except ImportError:
-            raise ConfigurationError(
-                "a PostgreSQL checkpointer needs the postgres extra: pip install 'reinloop[postgres]'"
-            ) from None
-        async with AsyncPostgresSaver.from_conn_string(str(db)) as saver:
-            await saver.setup()
-            yield saver
-        return
-    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-
-    Path(db).parent.mkdir(parents=True, exist_ok=True)
-    async with AsyncSqliteSaver.from_conn_string(str(db)) as saver:
-        await saver.setup()
-        yield saver
 
 
 def rate_limiter(requests_per_second: float | None, processes: int = 1) -> Any | None:

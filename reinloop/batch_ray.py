@@ -29,7 +29,6 @@ from reinloop.batch import (
     Prices,
     ResultsFile,
     RunAgent,
-    aopen_checkpointer,
     arun_task,
     check_limits,
     load_factory,
@@ -39,7 +38,7 @@ from reinloop.batch import (
     schedule,
     thread_for,
 )
-from reinloop.checkpoint import is_postgres_url
+from reinloop.checkpoint import aopen_checkpointer, is_postgres_url
 
 __all__ = ["BatchWorker", "run_many_on_ray"]
 

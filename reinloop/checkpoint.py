@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Generator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 from urllib.parse import urlsplit
@@ -21,6 +21,7 @@ from reinloop.lease import LEASES_TABLE
 __all__ = [
     "DAMAGED_TEMPLATE",
     "SQLITE_TABLES",
+    "aopen_checkpointer",
     "check_checkpointer",
     "database_label",
     "is_postgres_url",
@@ -274,24 +275,54 @@ def _set_up_for_reading(saver: _SqliteSaver) -> None:
     saver.is_setup = True
 
 
+_NEEDS_POSTGRES = "a PostgreSQL checkpointer needs the postgres extra: pip install 'reinloop[postgres]'"
+
+
+def _cannot_use_postgres(url: str, exc: Exception) -> CheckpointError:
+    # libpq's messages name the host and user, never the password
+    return CheckpointError(f"cannot use the PostgreSQL database at {database_label(url)}: {_one_line(exc)}")
+
+
 @contextlib.contextmanager
 def _postgres_checkpointer(url: str) -> Iterator[BaseCheckpointSaver[Any]]:
     try:
         import psycopg
         from langgraph.checkpoint.postgres import PostgresSaver
     except ImportError:
-        raise ConfigurationError(
-            "a PostgreSQL checkpointer needs the postgres extra: pip install 'reinloop[postgres]'"
-        ) from None
+        raise ConfigurationError(_NEEDS_POSTGRES) from None
     with contextlib.ExitStack() as stack:
         try:
             postgres = stack.enter_context(PostgresSaver.from_conn_string(url))
             postgres.setup()
-        except psycopg.Error as exc:  # libpq's messages name the host and user, never the password
-            raise CheckpointError(
-                f"cannot use the PostgreSQL database at {database_label(url)}: {_one_line(exc)}"
-            ) from exc
+        except psycopg.Error as exc:
+            raise _cannot_use_postgres(url, exc) from exc
         yield postgres
+
+
+@contextlib.asynccontextmanager
+async def aopen_checkpointer(db: str | Path) -> AsyncIterator[BaseCheckpointSaver[Any]]:
+    """`open_checkpointer`'s async twin, for `ainvoke`: an `AsyncSqliteSaver` on a SQLite path or an
+    `AsyncPostgresSaver` on a ``postgresql://`` URL (the `postgres` extra), set up, and closed afterwards."""
+    if is_postgres_url(db):
+        try:
+            import psycopg
+            from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+        except ImportError:
+            raise ConfigurationError(_NEEDS_POSTGRES) from None
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                postgres = await stack.enter_async_context(AsyncPostgresSaver.from_conn_string(str(db)))
+                await postgres.setup()
+            except psycopg.Error as exc:
+                raise _cannot_use_postgres(str(db), exc) from exc
+            yield postgres
+        return
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    Path(db).parent.mkdir(parents=True, exist_ok=True)
+    async with AsyncSqliteSaver.from_conn_string(str(db)) as saver:
+        await saver.setup()
+        yield saver
 
 
 def is_postgres_url(db: str | Path) -> bool:

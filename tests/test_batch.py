@@ -17,12 +17,12 @@ from reinloop.batch import (
     BatchTask,
     Prices,
     ResultsFile,
-    aopen_checkpointer,
     arun_many,
     read_tasks,
     run_many,
     thread_for,
 )
+from reinloop.checkpoint import aopen_checkpointer
 from reinloop.cli import main
 from tests import batch_agents
 
@@ -163,6 +163,12 @@ def test_a_results_line_cut_by_a_crash_is_ignored_and_ended(tmp_path):
     assert list(results.read()) == ["a"]
     results.append({"id": "c", "finish_reason": "answered"})
     assert list(results.read()) == ["a", "c"]
+
+
+def test_the_first_result_makes_the_results_file(tmp_path):
+    results = ResultsFile(tmp_path / "new" / "results.jsonl")
+    results.append({"id": "a", "finish_reason": "answered"})
+    assert (tmp_path / "new" / "results.jsonl").read_text() == '{"id": "a", "finish_reason": "answered"}\n'
 
 
 @pytest.mark.parametrize(

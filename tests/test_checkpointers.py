@@ -1,6 +1,7 @@
 """The same run, break and resume on every kind of checkpointer users deploy: memory, SQLite, PostgreSQL; and
 one clear error that changes nothing for a file that is not a checkpoint database or a damaged checkpoint."""
 
+import asyncio
 import contextlib
 import logging
 
@@ -8,7 +9,7 @@ import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
 from reinloop import AgentConfig, build_agent, resume
-from reinloop.checkpoint import open_checkpointer
+from reinloop.checkpoint import aopen_checkpointer, open_checkpointer
 from reinloop.testing import ScriptedChatModel, tool_call
 from tests.conftest import add, lookup, new_thread
 
@@ -276,12 +277,23 @@ def test_a_missing_or_empty_file_becomes_a_new_checkpoint_database(tmp_path, kin
     assert {"checkpoints", "writes"} <= tables
 
 
-def test_an_unreachable_postgres_database_is_a_checkpoint_error_that_hides_the_password():
+async def _open_async(url):
+    async with aopen_checkpointer(url):
+        pass
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_unreachable_postgres_database_is_a_checkpoint_error_that_hides_the_password(mode):
     pytest.importorskip("langgraph.checkpoint.postgres")
     from reinloop.errors import CheckpointError
 
-    with pytest.raises(CheckpointError) as raised, open_checkpointer("postgresql://ada:s3cret@127.0.0.1:9/runs"):
-        pass
+    url = "postgresql://ada:s3cret@127.0.0.1:9/runs"
+    with pytest.raises(CheckpointError) as raised:
+        if mode == "async":
+            asyncio.run(_open_async(url))
+        else:
+            with open_checkpointer(url):
+                pass
     message = str(raised.value)
     assert message.startswith("cannot use the PostgreSQL database at postgresql://ada:***@127.0.0.1:9/runs: ")
     assert "s3cret" not in message and "\n" not in message
