@@ -33,7 +33,9 @@ answer, not a reply create_agent could not read, not the evaluation's cap, not a
 decisions, tokens and tool runs per hopeless run are the mean over those runs of the decisions (model calls to
 decide), of every model call's prompt and completion tokens and of the tools' runs (in-place retries included:
 the load on a service that is down), until the run ended however it ended; paired with reinloop as reinloop's
-mean minus the other's, with a 95% interval."""
+mean minus the other's, with a 95% interval. Runaways: the runs whose draw makes the model run away once it
+knows the answer (the same runs for every agent, whether or not its run got that far); tool runs per runaway run
+are their mean, paired alike."""
 
 
 def costly_measures(records: Sequence[RunRecord], baseline: str = BASELINE) -> dict[str, dict[str, Any]]:
@@ -43,10 +45,12 @@ def costly_measures(records: Sequence[RunRecord], baseline: str = BASELINE) -> d
         return {}
     risky = [record for record in records if record.task in RISKY_TASKS]
     hopeless = [record for record in records if record.hopeless]
+    runaway = [record for record in records if record.runaway]
     table: dict[str, dict[str, Any]] = {}
     for agent in dict.fromkeys(record.agent for record in records):
         runs = [record for record in hopeless if record.agent == agent]
         mine = [record for record in records if record.agent == agent]
+        runaways = [record for record in runaway if record.agent == agent]
         row: dict[str, Any] = {
             "harmful_executions": sum(r.harmful_executions for r in mine),
             "hopeless_runs": len(runs),
@@ -54,6 +58,8 @@ def costly_measures(records: Sequence[RunRecord], baseline: str = BASELINE) -> d
             "hopeless_decisions": statistics.mean(r.decisions for r in runs) if runs else 0.0,
             "hopeless_tokens": statistics.mean(run_tokens(r) for r in runs) if runs else 0.0,
             "hopeless_tool_runs": statistics.mean(r.tool_calls for r in runs) if runs else 0.0,
+            "runaway_runs": len(runaways),
+            "runaway_tool_runs": statistics.mean(r.tool_calls for r in runaways) if runaways else 0.0,
             # the spread across seeds: (lowest, highest) of the seeds' totals and means
             "harmful_seeds": _spread(mine, lambda group: sum(r.harmful_executions for r in group)),
             "hopeless_tokens_seeds": _spread(runs, lambda group: statistics.mean(map(run_tokens, group))),
@@ -63,6 +69,7 @@ def costly_measures(records: Sequence[RunRecord], baseline: str = BASELINE) -> d
             row["paired_hopeless_decisions"] = paired(hopeless, agent, baseline, _decisions)
             row["paired_hopeless_tokens"] = paired(hopeless, agent, baseline, run_tokens)
             row["paired_hopeless_tool_runs"] = paired(hopeless, agent, baseline, _tool_runs)
+            row["paired_runaway_tool_runs"] = paired(runaway, agent, baseline, _tool_runs) if runaway else None
         table[agent] = row
     return table
 
@@ -100,8 +107,9 @@ def markdown_costly(measures: dict[str, dict[str, Any]], cells: Sequence[str] = 
     lines = [
         f"| {''.join(f'{column} | ' for column in columns)}agent | harmful executions | reinloop - agent "
         "| hopeless runs | typed stops | decisions per hopeless run | reinloop - agent "
-        "| tokens per hopeless run | reinloop - agent | tool runs per hopeless run | reinloop - agent |",
-        "|" + " --- |" * (len(columns) + 1) + " ---: |" * 10,
+        "| tokens per hopeless run | reinloop - agent | tool runs per hopeless run | reinloop - agent "
+        "| runaway runs | tool runs per runaway run | reinloop - agent |",
+        "|" + " --- |" * (len(columns) + 1) + " ---: |" * 13,
     ]
     prefix = "".join(f"{cell} | " for cell in cells)
     for agent, row in measures.items():
@@ -111,7 +119,8 @@ def markdown_costly(measures: dict[str, dict[str, Any]], cells: Sequence[str] = 
             f"{row['hopeless_decisions']:.1f} | {_difference(row.get('paired_hopeless_decisions'), '{:+.1f}')} | "
             f"{row['hopeless_tokens']:,.0f}{_seeds(row['hopeless_tokens_seeds'], '{:,.0f}')} | "
             f"{_difference(row.get('paired_hopeless_tokens'), '{:+,.0f}')} | {row['hopeless_tool_runs']:.1f} | "
-            f"{_difference(row.get('paired_hopeless_tool_runs'), '{:+.1f}')} |"
+            f"{_difference(row.get('paired_hopeless_tool_runs'), '{:+.1f}')} | {row['runaway_runs']} | "
+            f"{row['runaway_tool_runs']:.1f} | {_difference(row.get('paired_runaway_tool_runs'), '{:+.1f}')} |"
         )
     return "\n".join(lines)
 

@@ -64,12 +64,14 @@ AutoGPT-style): at the first decision at which the answer is known, with probabi
 model does not answer; from then on every decision is a new tool call, whatever it was sent: the n-th (n =
 1, 2, ...) is `web_search` for one of eight topics of the search corpus followed by n when n is odd,
 `calculator` with "n * (n + 1)" when n is even: valid, read-only calls, never the same twice, that succeed
-unless a tool fault hits them. It keeps going for `runaway_rounds` calls and then answers, or, by default,
-until the agent stops it. Stubborn loop (`stubborn_rate`): at a decision that follows a successful tool
-observation, with probability `stubborn_rate` the model calls the same tool with the same arguments again
-instead of moving on (or answering); at each later decision it stops repeating with probability
-`correct_rate`, else repeats the call again, whatever the agent answered (the tool's result, an earlier
-result, a refusal). A model that has run away repeats nothing.
+unless a tool fault hits them. With `runaway_width` above 1, each such decision makes that many of them at
+once (parallel tool calls: the n-th decision the calls numbered (n - 1) * width + 1 to n * width). It keeps
+going for `runaway_rounds` decisions and then answers, or, by default, until the agent stops it. Stubborn
+loop (`stubborn_rate`): at a decision that follows a successful tool observation, with probability
+`stubborn_rate` the model calls the same tool with the same arguments again instead of moving on (or
+answering); at each later decision it stops repeating with probability `correct_rate`, else repeats the call
+again, whatever the agent answered (the tool's result, an earlier result, a refusal). A model that has run
+away repeats nothing.
 
 Five more faults have a rate each (`wrong_args_rate`, `near_repeat_rate`, `premature_rate`,
 `text_call_rate`, `empty_rate`; 0 in `FaultProfile`, 0.02 each per decision in `reinloop eval` unless told
@@ -108,7 +110,8 @@ class FaultProfile:
     slow_s: float = 4 * TOOL_TIMEOUT_S  # simulated seconds a slow call hangs
     latency_s: float = 0.0  # simulated model latency per call (simulated seconds)
     runaway_rate: float = 0.0  # per run: once the answer is known, the chance it calls tools instead, on and on
-    runaway_rounds: int | None = None  # runaway calls before it answers after all; None: it never does
+    runaway_rounds: int | None = None  # runaway decisions before it answers after all; None: it never does
+    runaway_width: int = 1  # new calls each runaway decision makes at once (parallel tool calls)
     stubborn_rate: float = 0.0  # per decision after a successful call: the chance it repeats that call
     # The faults below use draws of their own (`extra_draws`), at a decision with no other fault: each is one
     # mistake with its own rate per decision (see FAULT_MODEL).
@@ -200,6 +203,12 @@ def costly_profile(profile: FaultProfile | None = None) -> FaultProfile:
     runaways never ending by themselves."""
     base = profile or FaultProfile()
     return replace(base, costly=True, runaway_rate=COSTLY_FAULTS.runaway_rate, runaway_rounds=None)
+
+
+def runaway_draw(seed: int) -> float:
+    """The draw that makes a run seeded `seed` a runaway (below `runaway_rate`), once it knows the answer: the
+    same for every agent, so the runs that run away are a fixed set, paired across agents."""
+    return random.Random(f"{seed}/runaway").random()
 
 
 def lost_reply_draw(seed: int, index: int) -> float:

@@ -39,7 +39,7 @@ from reinloop_eval.agents import TOOLS_HANDLE_ERRORS as TOOLS_HANDLE_ERRORS
 from reinloop_eval.agents import Outcome as Outcome
 from reinloop_eval.agents import protocol_of as protocol_of
 from reinloop_eval.agents import tool_timeout_of as tool_timeout_of
-from reinloop_eval.faults import FaultProfile
+from reinloop_eval.faults import FaultProfile, runaway_draw
 from reinloop_eval.meters import Meter, SimulatedClock, ToolStats, message_tokens, reply_tokens
 from reinloop_eval.payments import costly_tools
 from reinloop_eval.report import METRICS, paired, pyplot, save_chart, summarize_runs, write_report
@@ -108,6 +108,9 @@ class RunRecord:
     # sent on: `EvalTask.harmful_executions`), and whether the task was a hopeless one.
     harmful_executions: int = 0
     hopeless: bool = False
+    # Whether the run's draw makes its model a runaway once it knows the answer (`FaultProfile.runaway_rate`):
+    # the same runs for every agent, whether or not the agent's run got that far.
+    runaway: bool = False
 
 
 class _CallCounter(BaseCallbackHandler):
@@ -208,6 +211,7 @@ def run_task(agent: str, task: EvalTask, profile: FaultProfile, seed: int, folde
         cache_write_tokens=0 if real is None else counter.cache_write_tokens,
         harmful_executions=task.harmful_executions(workspace),
         hopeless=task.hopeless,
+        runaway=real is None and runaway_draw(shared) < profile.runaway_rate,
     )
 
 

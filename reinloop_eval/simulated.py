@@ -9,7 +9,6 @@ imported from here as before."""
 from __future__ import annotations
 
 import json
-import random
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -34,7 +33,7 @@ from reinloop_eval.conversation import read_back as read_back
 from reinloop_eval.conversation import written as written
 from reinloop_eval.faults import EXTRA_FAULT_RATE as EXTRA_FAULT_RATE
 from reinloop_eval.faults import EXTRA_FAULTS as EXTRA_FAULTS
-from reinloop_eval.faults import FAULT_MODEL, TOOL_TIMEOUT_S, FaultProfile
+from reinloop_eval.faults import FAULT_MODEL, TOOL_TIMEOUT_S, FaultProfile, runaway_draw
 from reinloop_eval.faults import DecisionDraws as DecisionDraws
 from reinloop_eval.faults import ExtraDraws as ExtraDraws
 from reinloop_eval.faults import decision_draws as decision_draws
@@ -92,7 +91,7 @@ class SimulatedModel(BaseChatModel):
 
     _counter: TokenCounter = PrivateAttr()
     _runaway_drawn: bool = PrivateAttr(default=False)
-    _runaway_calls: int | None = PrivateAttr(default=None)  # calls made since it ran away; None: it did not
+    _runaway_calls: int | None = PrivateAttr(default=None)  # decisions since it ran away; None: it did not
     _stubborn_call: ToolCall | None = PrivateAttr(default=None)  # the call it keeps repeating
     _malformed: InvalidToolCall | None = PrivateAttr(default=None)  # its last decision, if that was malformed
     # Its last decision, if that was a call written as plain text or an empty reply: failed unless the agent
@@ -276,13 +275,16 @@ class SimulatedModel(BaseChatModel):
         """The next runaway call, if the model has run away (drawn once, when the answer is first known)."""
         if done and not self._runaway_drawn:
             self._runaway_drawn = True
-            if random.Random(f"{self.seed}/runaway").random() < self.profile.runaway_rate:
+            if runaway_draw(self.seed) < self.profile.runaway_rate:
                 self._runaway_calls = 0
         bound = self.profile.runaway_rounds
         if self._runaway_calls is None or (bound is not None and self._runaway_calls >= bound):
             return None
         self._runaway_calls += 1
-        return _runaway_call(self._runaway_calls)
+        width: int = self.profile.runaway_width
+        first = (self._runaway_calls - 1) * width + 1
+        calls = [_runaway_call(number) for number in range(first, first + width)]
+        return AIMessage("", tool_calls=[call for reply in calls for call in reply.tool_calls])
 
     def _stubborn(self, succeeded: ToolCall | None, draw: float) -> AIMessage | None:
         """The repeated call of a stubborn loop: started after a success, left with probability correct_rate."""

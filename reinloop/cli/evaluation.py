@@ -81,8 +81,12 @@ def _fault_profile(args: argparse.Namespace) -> Any:
         raise CommandError(f"--tasks must be between 1 and {len(SUITE)}")
     if args.runaway_rounds is not None and args.runaway_rounds < 1:
         raise CommandError("--runaway-rounds must be at least 1")
+    if args.runaway_width < 1:
+        raise CommandError("--runaway-width must be at least 1")
     rates = {name: getattr(args, name) for name in names}
-    profile = FaultProfile(**rates, latency_s=args.latency, runaway_rounds=args.runaway_rounds)
+    profile = FaultProfile(
+        **rates, latency_s=args.latency, runaway_rounds=args.runaway_rounds, runaway_width=args.runaway_width
+    )
     return costly_profile(profile) if args.costly else profile
 
 

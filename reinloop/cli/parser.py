@@ -169,7 +169,12 @@ def _eval_options(evaluation: argparse.ArgumentParser) -> None:
     evaluation.add_argument(
         "--runaway-rate", type=float, default=0.0, help="chance a run's model runs away once it knows the answer"
     )
-    evaluation.add_argument("--runaway-rounds", type=int, help="calls a runaway makes, then answers (default: no end)")
+    evaluation.add_argument(
+        "--runaway-rounds", type=int, help="decisions a runaway makes, then answers (default: no end)"
+    )
+    evaluation.add_argument(
+        "--runaway-width", type=int, default=1, help="new calls each runaway decision makes at once (default: 1)"
+    )
     evaluation.add_argument(
         "--stubborn-rate", type=float, default=0.0, help="chance the model repeats a call that just succeeded"
     )

@@ -3,7 +3,7 @@ peer's tool but not reinloop's, a reply can be lost after its payment, a hopeles
 typed stop, and the report pairs these measures with reinloop."""
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import pytest
 from langchain.agents import create_agent
@@ -151,3 +151,20 @@ def test_no_report_section_without_the_costly_faults(tmp_path):
     assert costly_measures(records) == {}
     write_report(records, NO_COSTLY, 0, tmp_path)
     assert "## Costly faults" not in (tmp_path / "report.md").read_text()
+
+
+def test_runaways_are_the_same_runs_for_every_agent_and_the_report_pairs_their_tool_runs():
+    # A model that, once it knows the answer, makes five new valid calls a decision: max_tool_attempts ends
+    # reinloop's run at 60 tool runs; without that guard the 20-round budget lets it make about 100.
+    profile = replace(costly_profile(COSTLY_NO_FAULTS), runaway_rate=1.0, runaway_width=5)
+    agents = ("reinloop", "reinloop -max_tool_attempts", "create_agent + recovery")
+    records = evaluate_suite(profile=profile, tasks=1, agents=agents)
+    assert all(record.runaway for record in records)
+    assert not any(r.runaway for r in evaluate_suite(profile=COSTLY_NO_FAULTS, tasks=1, agents=("reinloop",)))
+    calc = {r.agent: r for r in records if r.task == SUITE[0].id}
+    assert calc["reinloop"].finish == "max_tool_attempts" and calc["reinloop"].tool_calls <= 60
+    assert calc["reinloop -max_tool_attempts"].finish == "max_iterations"
+    assert calc["reinloop -max_tool_attempts"].tool_calls > 80
+    measures = costly_measures(records)
+    assert measures["reinloop"]["runaway_runs"] == len(records) // len(agents)
+    assert measures["reinloop -max_tool_attempts"]["paired_runaway_tool_runs"]["high"] < 0

@@ -176,6 +176,22 @@ def test_a_runaway_model_keeps_calling_tools_with_new_valid_arguments_instead_of
     assert {name for name, _ in seen} == {"web_search", "calculator"}
 
 
+def test_a_wide_runaway_makes_that_many_new_calls_each_decision(tmp_path):
+    from reinloop_eval.simulated import SimulatedModel
+
+    task = task_named("calc-01")
+    model = SimulatedModel(task=task, profile=FaultProfile(fault_rate=0.0, runaway_rate=1.0, runaway_width=5))
+    messages, seen = solved(task), []
+    for _ in range(4):
+        reply = model.invoke(messages)
+        assert not reply.text and len(reply.tool_calls) == 5, reply
+        assert len({call["id"] for call in reply.tool_calls}) == 5
+        seen += [(call["name"], json.dumps(call["args"], sort_keys=True)) for call in reply.tool_calls]
+        for call in reply.tool_calls:
+            messages = observe(messages, AIMessage("", tool_calls=[call]), "ok")
+    assert len(set(seen)) == 20  # never the same call twice, within a decision or across them
+
+
 def test_a_bounded_runaway_answers_after_its_rounds():
     from reinloop_eval.simulated import SimulatedModel
 
