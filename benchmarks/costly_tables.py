@@ -104,9 +104,12 @@ def runaways(points: list[Point]) -> str:
             f"{ours['runaway_tool_runs']:.1f} / {peer['runaway_tool_runs']:.1f} / {ablation['runaway_tool_runs']:.1f}",
             interval(peer.get("paired_runaway_tool_runs"), "{:+.1f}"),
             interval(ablation.get("paired_runaway_tool_runs"), "{:+.1f}"),
+            f"{ours['runaway_tokens']:,.0f} / {peer['runaway_tokens']:,.0f} / {ablation['runaway_tokens']:,.0f}",
+            interval(peer.get("paired_runaway_tokens"), "{:+,.0f}"),
         ])  # fmt: skip
     header = ["fault / correct", "runaway runs", "tool runs per runaway run: reinloop / peer / -max_tool_attempts",
-              "reinloop - peer", "reinloop - ablation"]  # fmt: skip
+              "reinloop - peer", "reinloop - ablation", "tokens per runaway run: reinloop / peer / ablation",
+              "reinloop - peer"]  # fmt: skip
     return table(header, rows)
 
 
@@ -119,6 +122,8 @@ MEASURES: list[tuple[str, Callable[[Point, str], dict[str, float] | None], str, 
      "{:+.1f}", 1.0),
     ("tool runs per runaway run", lambda point, agent: point["costly"][agent].get("paired_runaway_tool_runs"),
      "{:+.1f}", 1.0),
+    ("tokens per runaway run", lambda point, agent: point["costly"][agent].get("paired_runaway_tokens"),
+     "{:+,.0f}", 1.0),
 ]  # fmt: skip
 
 

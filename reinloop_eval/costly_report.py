@@ -34,8 +34,8 @@ decisions, tokens and tool runs per hopeless run are the mean over those runs of
 decide), of every model call's prompt and completion tokens and of the tools' runs (in-place retries included:
 the load on a service that is down), until the run ended however it ended; paired with reinloop as reinloop's
 mean minus the other's, with a 95% interval. Runaways: the runs whose draw makes the model run away once it
-knows the answer (the same runs for every agent, whether or not its run got that far); tool runs per runaway run
-are their mean, paired alike."""
+knows the answer (the same runs for every agent, whether or not its run got that far); tool runs and tokens per
+runaway run are their means, paired alike."""
 
 
 def costly_measures(records: Sequence[RunRecord], baseline: str = BASELINE) -> dict[str, dict[str, Any]]:
@@ -60,6 +60,7 @@ def costly_measures(records: Sequence[RunRecord], baseline: str = BASELINE) -> d
             "hopeless_tool_runs": statistics.mean(r.tool_calls for r in runs) if runs else 0.0,
             "runaway_runs": len(runaways),
             "runaway_tool_runs": statistics.mean(r.tool_calls for r in runaways) if runaways else 0.0,
+            "runaway_tokens": statistics.mean(run_tokens(r) for r in runaways) if runaways else 0.0,
             # the spread across seeds: (lowest, highest) of the seeds' totals and means
             "harmful_seeds": _spread(mine, lambda group: sum(r.harmful_executions for r in group)),
             "hopeless_tokens_seeds": _spread(runs, lambda group: statistics.mean(map(run_tokens, group))),
@@ -70,6 +71,7 @@ def costly_measures(records: Sequence[RunRecord], baseline: str = BASELINE) -> d
             row["paired_hopeless_tokens"] = paired(hopeless, agent, baseline, run_tokens)
             row["paired_hopeless_tool_runs"] = paired(hopeless, agent, baseline, _tool_runs)
             row["paired_runaway_tool_runs"] = paired(runaway, agent, baseline, _tool_runs) if runaway else None
+            row["paired_runaway_tokens"] = paired(runaway, agent, baseline, run_tokens) if runaway else None
         table[agent] = row
     return table
 
@@ -108,8 +110,8 @@ def markdown_costly(measures: dict[str, dict[str, Any]], cells: Sequence[str] = 
         f"| {''.join(f'{column} | ' for column in columns)}agent | harmful executions | reinloop - agent "
         "| hopeless runs | typed stops | decisions per hopeless run | reinloop - agent "
         "| tokens per hopeless run | reinloop - agent | tool runs per hopeless run | reinloop - agent "
-        "| runaway runs | tool runs per runaway run | reinloop - agent |",
-        "|" + " --- |" * (len(columns) + 1) + " ---: |" * 13,
+        "| runaway runs | tool runs per runaway run | reinloop - agent | tokens per runaway run | reinloop - agent |",
+        "|" + " --- |" * (len(columns) + 1) + " ---: |" * 15,
     ]
     prefix = "".join(f"{cell} | " for cell in cells)
     for agent, row in measures.items():
@@ -120,7 +122,8 @@ def markdown_costly(measures: dict[str, dict[str, Any]], cells: Sequence[str] = 
             f"{row['hopeless_tokens']:,.0f}{_seeds(row['hopeless_tokens_seeds'], '{:,.0f}')} | "
             f"{_difference(row.get('paired_hopeless_tokens'), '{:+,.0f}')} | {row['hopeless_tool_runs']:.1f} | "
             f"{_difference(row.get('paired_hopeless_tool_runs'), '{:+.1f}')} | {row['runaway_runs']} | "
-            f"{row['runaway_tool_runs']:.1f} | {_difference(row.get('paired_runaway_tool_runs'), '{:+.1f}')} |"
+            f"{row['runaway_tool_runs']:.1f} | {_difference(row.get('paired_runaway_tool_runs'), '{:+.1f}')} | "
+            f"{row['runaway_tokens']:,.0f} | {_difference(row.get('paired_runaway_tokens'), '{:+,.0f}')} |"
         )
     return "\n".join(lines)
 

@@ -168,3 +168,4 @@ def test_runaways_are_the_same_runs_for_every_agent_and_the_report_pairs_their_t
     measures = costly_measures(records)
     assert measures["reinloop"]["runaway_runs"] == len(records) // len(agents)
     assert measures["reinloop -max_tool_attempts"]["paired_runaway_tool_runs"]["high"] < 0
+    assert measures["reinloop -max_tool_attempts"]["paired_runaway_tokens"]["high"] < 0  # it ends 7 rounds sooner
