@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from reinloop_eval.agents import ABLATIONS, FAIR_PEER
+from reinloop_eval.costly_report import paired_difference, seed_spread
 
 Point = dict[str, Any]
 
@@ -23,16 +24,8 @@ def point_name(point: Point) -> str:
     return f"{point['fault_rate']:g} / {point['correct_rate']:g}"
 
 
-def seeds(spread: list[float], form: str = "{:.0f}") -> str:
-    low, high = spread
-    return "" if low == high else f" ({form.format(low)}-{form.format(high)})"
-
-
 def interval(pairing: dict[str, float] | None, form: str, scale: float = 1.0) -> str:
-    if not pairing:
-        return "-"
-    low, difference, high = (form.format(pairing[key] * scale) for key in ("low", "difference", "high"))
-    return f"{difference} ({low} to {high})"
+    return paired_difference(pairing, form, scale) or "-"
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
@@ -46,10 +39,10 @@ def harm(points: list[Point]) -> str:
         ours, peer, ablation = (point["costly"][a] for a in ("reinloop", FAIR_PEER, "reinloop -dead_loop"))
         rows.append([
             point_name(point),
-            f"{ours['harmful_executions']}{seeds(ours['harmful_seeds'])}",
-            f"{peer['harmful_executions']}{seeds(peer['harmful_seeds'])}",
+            f"{ours['harmful_executions']}{seed_spread(ours['harmful_seeds'])}",
+            f"{peer['harmful_executions']}{seed_spread(peer['harmful_seeds'])}",
             interval(peer["paired_harmful"], "{:+.0f}"),
-            f"{ablation['harmful_executions']}{seeds(ablation['harmful_seeds'])}",
+            f"{ablation['harmful_executions']}{seed_spread(ablation['harmful_seeds'])}",
             interval(ablation["paired_harmful"], "{:+.0f}"),
         ])  # fmt: skip
     header = ["fault / correct", "reinloop", "create_agent + recovery", "reinloop - peer (95% interval)",
@@ -66,8 +59,8 @@ def hopeless(points: list[Point]) -> str:
             f"{ours['typed_stops']} / {peer['typed_stops']} of {ours['hopeless_runs']}",
             f"{ours['hopeless_decisions']:.1f} / {peer['hopeless_decisions']:.1f}",
             interval(peer["paired_hopeless_decisions"], "{:+.1f}"),
-            f"{ours['hopeless_tokens']:,.0f}{seeds(ours['hopeless_tokens_seeds'], '{:,.0f}')} / "
-            f"{peer['hopeless_tokens']:,.0f}{seeds(peer['hopeless_tokens_seeds'], '{:,.0f}')}",
+            f"{ours['hopeless_tokens']:,.0f}{seed_spread(ours['hopeless_tokens_seeds'], '{:,.0f}')} / "
+            f"{peer['hopeless_tokens']:,.0f}{seed_spread(peer['hopeless_tokens_seeds'], '{:,.0f}')}",
             interval(peer["paired_hopeless_tokens"], "{:+,.0f}"),
             f"{ours['hopeless_tool_runs']:.1f} / {peer['hopeless_tool_runs']:.1f}",
         ])  # fmt: skip
@@ -86,7 +79,7 @@ def success(points: list[Point]) -> str:
             f"{ours['success_rate']:.1%} ({ours['success_min'] * 100:.0f}-{ours['success_max'] * 100:.0f})",
             f"{peer['success_rate']:.1%} ({peer['success_min'] * 100:.0f}-{peer['success_max'] * 100:.0f})",
             f"{pairing['wins']:.0f}", f"{pairing['losses']:.0f}",
-            interval(pairing, "{:+.1f}", 100.0).replace(")", " pp)").replace(" (", " pp (", 1),
+            f"{pairing['difference'] * 100:+.1f} pp ({pairing['low'] * 100:+.1f} to {pairing['high'] * 100:+.1f} pp)",
         ])  # fmt: skip
     header = ["fault / correct", "reinloop", "create_agent + recovery", "only reinloop solved",
               "only the peer solved", "reinloop - peer (95% interval)"]  # fmt: skip

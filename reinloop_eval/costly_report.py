@@ -15,7 +15,15 @@ from reinloop_eval.tasks import COSTLY_TASKS
 if TYPE_CHECKING:
     from reinloop_eval.run import RunRecord
 
-__all__ = ["COSTLY_METRICS", "costly_measures", "costly_section", "costly_section_grid", "markdown_costly"]
+__all__ = [
+    "COSTLY_METRICS",
+    "costly_measures",
+    "costly_section",
+    "costly_section_grid",
+    "markdown_costly",
+    "paired_difference",
+    "seed_spread",
+]
 
 # The tasks on which a harmful execution can happen: those that call a non-idempotent tool. Harm is paired over
 # their runs only, the design's fixed part (pairing over every run would resample how many of them there are).
@@ -115,30 +123,36 @@ def markdown_costly(measures: dict[str, dict[str, Any]], cells: Sequence[str] = 
     ]
     prefix = "".join(f"{cell} | " for cell in cells)
     for agent, row in measures.items():
+
+        def vs(key: str, form: str, row: dict[str, Any] = row) -> str:
+            return paired_difference(row.get(f"paired_{key}"), form)
+
         lines.append(
-            f"| {prefix}{agent} | {row['harmful_executions']}{_seeds(row['harmful_seeds'], '{:.0f}')} | "
-            f"{_difference(row.get('paired_harmful'), '{:+.0f}')} | {row['hopeless_runs']} | {row['typed_stops']} | "
-            f"{row['hopeless_decisions']:.1f} | {_difference(row.get('paired_hopeless_decisions'), '{:+.1f}')} | "
-            f"{row['hopeless_tokens']:,.0f}{_seeds(row['hopeless_tokens_seeds'], '{:,.0f}')} | "
-            f"{_difference(row.get('paired_hopeless_tokens'), '{:+,.0f}')} | {row['hopeless_tool_runs']:.1f} | "
-            f"{_difference(row.get('paired_hopeless_tool_runs'), '{:+.1f}')} | {row['runaway_runs']} | "
-            f"{row['runaway_tool_runs']:.1f} | {_difference(row.get('paired_runaway_tool_runs'), '{:+.1f}')} | "
-            f"{row['runaway_tokens']:,.0f} | {_difference(row.get('paired_runaway_tokens'), '{:+,.0f}')} |"
+            f"| {prefix}{agent} | {row['harmful_executions']}{seed_spread(row['harmful_seeds'], '{:.0f}')} | "
+            f"{vs('harmful', '{:+.0f}')} | {row['hopeless_runs']} | {row['typed_stops']} | "
+            f"{row['hopeless_decisions']:.1f} | {vs('hopeless_decisions', '{:+.1f}')} | "
+            f"{row['hopeless_tokens']:,.0f}{seed_spread(row['hopeless_tokens_seeds'], '{:,.0f}')} | "
+            f"{vs('hopeless_tokens', '{:+,.0f}')} | {row['hopeless_tool_runs']:.1f} | "
+            f"{vs('hopeless_tool_runs', '{:+.1f}')} | {row['runaway_runs']} | "
+            f"{row['runaway_tool_runs']:.1f} | {vs('runaway_tool_runs', '{:+.1f}')} | "
+            f"{row['runaway_tokens']:,.0f} | {vs('runaway_tokens', '{:+,.0f}')} |"
         )
     return "\n".join(lines)
 
 
-def _seeds(spread: Sequence[float], form: str) -> str:
+def seed_spread(spread: Sequence[float], form: str = "{:.0f}") -> str:
     """` (lowest-highest)` across the seeds, or nothing when they are one value (one seed)."""
     low, high = spread
     return "" if low == high else f" ({form.format(low)}-{form.format(high)})"
 
 
-def _difference(pairing: dict[str, float] | None, form: str) -> str:
-    if pairing is None:
+def paired_difference(pairing: dict[str, float] | None, form: str, scale: float = 1.0) -> str:
+    """A `paired` difference as "difference (low to high)", each value times `scale` in `form`; nothing without
+    a pairing."""
+    if not pairing:
         return ""
-    low, high = form.format(pairing["low"]), form.format(pairing["high"])
-    return f"{form.format(pairing['difference'])} ({low} to {high})"
+    low, difference, high = (form.format(pairing[key] * scale) for key in ("low", "difference", "high"))
+    return f"{difference} ({low} to {high})"
 
 
 def costly_section(measures: dict[str, dict[str, Any]]) -> str:

@@ -55,5 +55,5 @@ def test_what_each_guard_buys_has_a_row_per_ablation_and_counts_the_intervals_th
     names = [line.split("|")[1].strip() for line in text.splitlines()[2:]]
     assert names == [agent.removeprefix("reinloop -") for agent in ABLATIONS]
     (cap,) = rows(text, "max_tool_attempts")
-    # five calls a decision: without the cap a runaway makes more tool runs, every one of the 8 runs
+    # five calls a decision: without the cap a runaway makes more tool runs
     assert cap[5].endswith("(1 of 1)") and cap[5].startswith("-")
