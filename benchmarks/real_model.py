@@ -6,6 +6,9 @@ at a temperature, over several seeds, with tool faults, every agent held to the 
 
 Each run is appended to runs.jsonl in --out as it ends; `--resume` with the same arguments keeps those and runs
 the rest (the 1,800 runs of the first command take hours on a CPU: run it in parts, e.g. under nohup, and resume).
+`--shard K/N` runs only the K-th of N interleaved parts (K from 0), each process with a model server of its own,
+all appending to the same runs.jsonl: the embedded model's server computes on one thread, so on two cores two
+parts run about twice as fast. The report is written by a last run without --shard, with --resume.
 
 Every agent gets the same model object (its reply cap: the embedded model's 200 tokens), the same seed for its
 n-th model call on a task at a seed, the same tool faults (drawn from the task and seed), at most 20 rounds,
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import fcntl
 import json
 import shlex
 import sys
@@ -58,7 +62,17 @@ def main() -> None:
         action="store_true",
         help="keep the runs --out's runs.jsonl holds (an interrupted benchmark's, same arguments) and run the rest",
     )
+    parser.add_argument(
+        "--shard",
+        type=_shard,
+        default=(0, 1),
+        metavar="K/N",
+        help="run only the K-th (from 0) of N interleaved parts of the runs, with --resume; writes no report",
+    )
     args = parser.parse_args()
+    sharded = args.shard != (0, 1)
+    if sharded and not args.resume:
+        parser.error("--shard appends to runs.jsonl beside the other parts: give --resume too")
     sampling = Sampling(temperature=args.temperature, seeds=tuple(args.seeds), tool_fault_rate=args.tool_fault_rate)
     tasks = task_bank(args.tasks)
     command = shlex.join(
@@ -74,6 +88,7 @@ def main() -> None:
 
     def keep(record: RunRecord) -> None:
         with log.open("a") as file:
+            fcntl.flock(file, fcntl.LOCK_EX)  # the other parts append to the same file
             file.write(json.dumps(dataclasses.asdict(record)) + "\n")
 
     console = Console()
@@ -89,7 +104,8 @@ def main() -> None:
             console=console,
         ) as bar,  # fmt: skip
     ):
-        job = bar.add_task("", total=len(tasks) * len(sampling.seeds) * len(args.agents))
+        # A part's runs and the other parts' runs done before it started, in an order it cannot know ahead.
+        job = bar.add_task("", total=None if sharded else len(tasks) * len(sampling.seeds) * len(args.agents))
 
         def advance(agent: str, task: str, seed: int) -> None:
             bar.update(job, advance=1, description=f"{agent} / {task} / seed {seed}")
@@ -97,11 +113,21 @@ def main() -> None:
                 console.print(f"{time.perf_counter() - started:7.0f} s  {agent} / {task} / seed {seed}", markup=False)
 
         records = run_sampled(
-            real, tasks, sampling=sampling, agents=args.agents, progress=advance, done=done, on_record=keep
-        )
+            real, tasks, sampling=sampling, agents=args.agents, progress=advance, done=done, on_record=keep,
+            shard=args.shard,
+        )  # fmt: skip
         label = "the embedded model" if real.label == LOCAL else real.label
         config = real.config
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+    if sharded:
+        part, parts = args.shard
+        console.print(
+            f"part {part}/{parts} done ({wall:,.0f} s wall, {cpu:,.0f} s CPU); {log} holds "
+            f"{len(log.read_text().splitlines())} runs. When every part is done, run again without --shard, "
+            "with --resume, to write the report.",
+            markup=False,
+        )
+        return
     table = markdown_sampled(records)
     text = (
         f"`{command}`\n\n{label}, protocol {real.protocol}: {len(tasks)} tasks x {len(sampling.seeds)} seeds "
@@ -128,6 +154,17 @@ def main() -> None:
     }
     (args.out / "real-model.json").write_text(json.dumps(result, indent=2))
     console.print(f"wrote {args.out / 'real-model.md'} and {args.out / 'real-model.json'}")
+
+
+def _shard(text: str) -> tuple[int, int]:
+    part, _, parts = text.partition("/")
+    try:
+        shard = int(part), int(parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give K/N, e.g. 0/2") from None
+    if not 0 <= shard[0] < shard[1]:
+        raise argparse.ArgumentTypeError(f"{text!r}: K must be 0 to N - 1")
+    return shard
 
 
 if __name__ == "__main__":

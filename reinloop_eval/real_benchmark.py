@@ -99,6 +99,7 @@ def run_sampled(
     progress: Callable[[str, str, int], None] | None = None,
     done: Sequence[RunRecord] = (),
     on_record: Callable[[RunRecord], None] | None = None,
+    shard: tuple[int, int] = (0, 1),
 ) -> list[RunRecord]:
     """Every agent on every task at every seed of `sampling`, on `real` (a `reinloop.models.ChosenModel`): each
     run with a model of its own seeded from the task and seed (`seeded`), and the tool faults drawn from them;
@@ -106,25 +107,31 @@ def run_sampled(
     (`WrittenToolCalls`), all with the same model object's reply cap. `progress(agent, task, seed)` after
     each run, `on_record(record)` after each new one; the runs of `done` (an earlier, interrupted benchmark's)
     are not run again but returned in their place: every run's model and faults come from its task and seed
-    alone, so a resumed benchmark gives the records an uninterrupted one would."""
+    alone, so a resumed benchmark gives the records an uninterrupted one would. `shard=(k, n)` runs only the
+    k-th of n interleaved parts (every agent of a task at a seed in the same part), for n processes on n
+    model servers; the other parts' runs are returned only when `done` has them."""
+    part, parts = shard
+    if not 0 <= part < parts:
+        raise ValueError(f"shard {part} of {parts}: the part must be 0 to {parts - 1}")
     profile = sampling.profile()
     earlier = {(record.agent, record.task, record.seed): record for record in done}
     # The tool timeout the fault wrappers assume for reinloop (`tool_timeout_of`); the peers have none.
     config = {**real.config, "tool_timeout_s": TOOL_TIMEOUT_S}
     records = []
     with tempfile.TemporaryDirectory(prefix="reinloop-sampled-", dir=_scratch_folder()) as folder:
-        for seed in sampling.seeds:
-            for task in tasks:
-                for agent in agents:
-                    if (record := earlier.get((agent, task.id, seed))) is None:
-                        model = seeded(real.model, sampling.temperature, run_seed(seed, task))
-                        run = dataclasses.replace(real, model=model, config=config)
-                        record = run_task(agent, task, profile, seed, Path(folder) / str(seed), run)
-                        if on_record:
-                            on_record(record)
-                    records.append(record)
-                    if progress:
-                        progress(agent, task.id, seed)
+        for index, (seed, task) in enumerate((seed, task) for seed in sampling.seeds for task in tasks):
+            for agent in agents:
+                if (record := earlier.get((agent, task.id, seed))) is None:
+                    if index % parts != part:
+                        continue
+                    model = seeded(real.model, sampling.temperature, run_seed(seed, task))
+                    run = dataclasses.replace(real, model=model, config=config)
+                    record = run_task(agent, task, profile, seed, Path(folder) / str(seed), run)
+                    if on_record:
+                        on_record(record)
+                records.append(record)
+                if progress:
+                    progress(agent, task.id, seed)
     return records
 
 

@@ -168,3 +168,26 @@ def test_a_resumed_benchmark_runs_only_what_is_left_and_gives_the_uninterrupted_
 
     assert [same(record) for record in resumed] == [same(record) for record in whole]
     assert [same(record) for record in new] == [same(record) for record in whole[5:]]
+
+
+def test_the_parts_of_a_sharded_benchmark_together_give_the_whole_and_each_run_once():
+    sampling = Sampling(temperature=0.7, seeds=(100, 101), tool_fault_rate=0.2)
+    whole = run_sampled(scripted_model(ScriptedServer()), task_bank(3), sampling=sampling)
+    first, second = [], []
+    run_sampled(scripted_model(ScriptedServer()), task_bank(3), sampling=sampling, on_record=first.append, shard=(0, 2))
+    kept = run_sampled(
+        scripted_model(ScriptedServer()), task_bank(3), sampling=sampling, done=first, on_record=second.append,
+        shard=(1, 2),
+    )  # fmt: skip
+    assert first and second and len(first) + len(second) == len(whole)
+    assert {(r.task, r.seed) for r in first}.isdisjoint({(r.task, r.seed) for r in second})
+    for part in (first, second):  # every agent of a task at a seed in the same part
+        assert all(sum(r.task == t and r.seed == s for r in part) == len(SAMPLED_AGENTS) for t, s in
+                   {(r.task, r.seed) for r in part})  # fmt: skip
+
+    def same(record):
+        return dataclasses.replace(record, wall_s=0.0)
+
+    assert [same(record) for record in kept] == [same(record) for record in whole]  # the second part saw the first's
+    with pytest.raises(ValueError, match="shard 2 of 2"):
+        run_sampled(scripted_model(ScriptedServer()), task_bank(1), sampling=sampling, shard=(2, 2))
