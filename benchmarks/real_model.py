@@ -5,7 +5,7 @@ at a temperature, over several seeds, with tool faults, every agent held to the 
     .venv/bin/python benchmarks/real_model.py --base-url http://host:8000/v1 --model NAME --protocol json
 
 Each run is appended to runs.jsonl in --out as it ends; `--resume` with the same arguments keeps those and runs
-the rest (the 1,800 runs of the first command take hours on a CPU: run it in parts, e.g. under nohup, and resume).
+the rest (the 1,200 runs of the first command take hours on a CPU: run it in parts, e.g. under nohup, and resume).
 `--shard K/N` runs only the K-th of N interleaved parts (K from 0), each process with a model server of its own,
 all appending to the same runs.jsonl: the embedded model's server computes on one thread, so on two cores two
 parts run about twice as fast. The report is written by a last run without --shard, with --resume.
