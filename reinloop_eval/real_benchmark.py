@@ -50,9 +50,11 @@ class Sampling:
 
 
 class SeededChatOpenAI(ChatOpenAI):
-    """A ChatOpenAI whose n-th call of a run is sampled with a seed drawn from the run's `seed` and n: a rerun
-    samples the same replies, each agent meets the same seeds in the same order, and a call asked again (a
-    re-ask of the same prompt) is a new sample, as it is from an unseeded server. One object per run."""
+    """A ChatOpenAI whose n-th call of a run is sampled with a seed drawn from the run's `seed` and n: each agent
+    meets the same seeds in the same order, a rerun samples the same replies from a server whose replies depend
+    on the request alone (the embedded model's server nearly: it reuses the previous request's prefix), and a
+    call asked again (a re-ask of the same prompt) is a new sample, as it is from an unseeded server. One object
+    per run."""
 
     _calls: int = PrivateAttr(default=0)
 
@@ -109,9 +111,10 @@ def run_sampled(
     (`WrittenToolCalls`), all with the same model object's reply cap. `progress(agent, task, seed)` after
     each run, `on_record(record)` after each new one; the runs of `done` (an earlier, interrupted benchmark's)
     are not run again but returned in their place: every run's model and faults come from its task and seed
-    alone, so a resumed benchmark gives the records an uninterrupted one would. `shard=(k, n)` runs only the
-    k-th of n interleaved parts (every agent of a task at a seed in the same part), for n processes on n
-    model servers; the other parts' runs are returned only when `done` has them."""
+    alone, so a resumed benchmark gives the records an uninterrupted one would (on the embedded model, records
+    drawn the same way: see `SeededChatOpenAI`). `shard=(k, n)` runs only the k-th of n interleaved parts
+    (every agent of a task at a seed in the same part), for n processes on n model servers; the other parts'
+    runs are returned only when `done` has them."""
     part, parts = shard
     if not 0 <= part < parts:
         raise ValueError(f"shard {part} of {parts}: the part must be 0 to {parts - 1}")
