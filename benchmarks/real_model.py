@@ -38,6 +38,7 @@ from reinloop_eval.real_benchmark import (
     SAMPLED_AGENTS,
     Sampling,
     markdown_sampled,
+    paired_costs,
     run_sampled,
     success_intervals,
 )
@@ -150,6 +151,7 @@ def main() -> None:
         "cpu_s": round(cpu, 1),
         "success": success_intervals(records),
         "paired": paired_all(records),
+        "paired_costs": paired_costs(records),
         "runs": [dataclasses.asdict(record) for record in records],
     }
     (args.out / "real-model.json").write_text(json.dumps(result, indent=2))

@@ -22,12 +22,30 @@ from pydantic import PrivateAttr
 
 from reinloop.errors import ConfigurationError
 from reinloop_eval.agents import BUDGET, FAIR_PEER
+from reinloop_eval.costly_report import paired_difference
 from reinloop_eval.faults import TOOL_TIMEOUT_S, FaultProfile
-from reinloop_eval.report import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, markdown_paired, paired_all, summarize_runs
+from reinloop_eval.report import (
+    BASELINE,
+    BOOTSTRAP_RESAMPLES,
+    BOOTSTRAP_SEED,
+    markdown_paired,
+    paired_all,
+    run_tokens,
+    summarize_runs,
+)
 from reinloop_eval.run import REPORTING_SEEDS, RunRecord, _scratch_folder, run_seed, run_task
 from reinloop_eval.tasks import EvalTask
 
-__all__ = ["SAMPLED_AGENTS", "Sampling", "SeededChatOpenAI", "markdown_sampled", "run_sampled", "success_intervals"]
+__all__ = [
+    "SAMPLED_AGENTS",
+    "Sampling",
+    "SeededChatOpenAI",
+    "markdown_costs",
+    "markdown_sampled",
+    "paired_costs",
+    "run_sampled",
+    "success_intervals",
+]
 
 # reinloop and the fair best peer (the bar), both held to BUDGET rounds. create_agent with only LangChain's
 # standard middleware was a third until 2026-12-07: on the embedded model's first 114 task-seeds it made the fair
@@ -182,7 +200,36 @@ def markdown_sampled(records: Sequence[RunRecord]) -> str:
             f"| {measures['over_budget_runs']:.0f} | {measures['crashes']:.0f} |"
         )
     comparisons = paired_all(records)
-    return "\n".join(lines) + (f"\n\n{markdown_paired(comparisons)}" if comparisons else "")
+    if not comparisons:
+        return "\n".join(lines)
+    return "\n".join(lines) + f"\n\n{markdown_paired(comparisons)}\n\n{markdown_costs(records)}"
+
+
+def paired_costs(records: Sequence[RunRecord]) -> dict[str, dict[str, dict[str, float]]]:
+    """What reinloop spends per run against each other agent on the same task and seed, paired: tokens (prompt
+    and reply, every model call) and decisions, each a mean difference with its 95% interval."""
+    tokens, decisions = paired_all(records, measure=run_tokens), paired_all(records, measure=_decisions)
+    return {agent: {"tokens": tokens[agent], "decisions": decisions[agent]} for agent in tokens}
+
+
+def markdown_costs(records: Sequence[RunRecord]) -> str:
+    """`paired_costs` as a table: reinloop minus each other agent, per run."""
+    lines = [
+        f"| {BASELINE} vs | pairs | tokens per run, {BASELINE} - other (95% interval) | runs {BASELINE} spent fewer "
+        f"| decisions per run, {BASELINE} - other (95% interval) |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for agent, row in paired_costs(records).items():
+        tokens, decisions = row["tokens"], row["decisions"]
+        lines.append(
+            f"| {agent} | {tokens['pairs']:.0f} | {paired_difference(tokens, '{:+,.0f}')} | {tokens['losses']:.0f} "
+            f"| {paired_difference(decisions, '{:+.2f}')} |"
+        )
+    return "\n".join(lines)
+
+
+def _decisions(record: RunRecord) -> float:
+    return float(record.decisions)
 
 
 BUDGET_NOTE = (

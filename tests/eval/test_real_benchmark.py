@@ -18,7 +18,7 @@ from reinloop.protocols import FINAL_ANSWER_ACTION, OBSERVATION_LABEL
 from reinloop.tools.registry import ToolRegistry
 from reinloop.tools.toolset import default_toolset
 from reinloop_eval import run as run_module
-from reinloop_eval.real_benchmark import SAMPLED_AGENTS, Sampling, markdown_sampled, run_sampled
+from reinloop_eval.real_benchmark import SAMPLED_AGENTS, Sampling, markdown_sampled, paired_costs, run_sampled
 from reinloop_eval.task_bank import BANK_SIZE, task_bank
 from reinloop_eval.tasks import holds
 from reinloop_eval.written_calls import WrittenToolCalls
@@ -137,6 +137,22 @@ def test_every_agent_meets_the_same_tool_faults(sampled):
     sent = [m["content"] for requests in runs.values() for r in requests for m in r["messages"]]
     assert any("simulated internal error" in text for text in sent)  # the faults reach the model
     assert "95% interval" in markdown_sampled(records)
+
+
+def test_the_report_pairs_what_reinloop_spends_per_run_with_each_agent(sampled):
+    records, _, _ = sampled
+    by_run = {(r.agent, r.task, r.seed): r for r in records}
+    for agent, costs in paired_costs(records).items():
+        pairs = [(r, by_run[(agent, r.task, r.seed)]) for r in records if r.agent == "reinloop"]
+        tokens = [mine.prompt_tokens + mine.completion_tokens - theirs.prompt_tokens - theirs.completion_tokens
+                  for mine, theirs in pairs]  # fmt: skip
+        decisions = [mine.decisions - theirs.decisions for mine, theirs in pairs]
+        assert costs["tokens"]["pairs"] == len(pairs) == 12
+        assert costs["tokens"]["difference"] == pytest.approx(sum(tokens) / len(tokens))
+        assert costs["tokens"]["low"] <= costs["tokens"]["difference"] <= costs["tokens"]["high"]
+        assert costs["tokens"]["losses"] == sum(t < 0 for t in tokens)  # the runs reinloop spent fewer
+        assert costs["decisions"]["difference"] == pytest.approx(sum(decisions) / len(decisions))
+    assert "tokens per run, reinloop - other" in markdown_sampled(records)
 
 
 def test_the_peers_prompts_are_held_to_reinloops_context_budget():
