@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from reinloop_eval.faults import COSTLY_FAULT_MODEL, COSTLY_FAULTS
-from reinloop_eval.report import BASELINE, paired, run_tokens
+from reinloop_eval.report import BASELINE, paired, run_decisions, run_tokens
 from reinloop_eval.tasks import COSTLY_TASKS
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ def costly_measures(records: Sequence[RunRecord], baseline: str = BASELINE) -> d
         }
         if agent != baseline and any(r.agent == baseline for r in records):
             row["paired_harmful"] = _total(paired(risky, agent, baseline, _harmful))
-            row["paired_hopeless_decisions"] = paired(hopeless, agent, baseline, _decisions)
+            row["paired_hopeless_decisions"] = paired(hopeless, agent, baseline, run_decisions)
             row["paired_hopeless_tokens"] = paired(hopeless, agent, baseline, run_tokens)
             row["paired_hopeless_tool_runs"] = paired(hopeless, agent, baseline, _tool_runs)
             row["paired_runaway_tool_runs"] = paired(runaway, agent, baseline, _tool_runs) if runaway else None
@@ -93,10 +93,6 @@ def _spread(records: Sequence[RunRecord], value: Callable[[list[RunRecord]], flo
 
 def _harmful(record: RunRecord) -> float:
     return float(record.harmful_executions)
-
-
-def _decisions(record: RunRecord) -> float:
-    return float(record.decisions)
 
 
 def _tool_runs(record: RunRecord) -> float:

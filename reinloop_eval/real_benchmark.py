@@ -30,6 +30,7 @@ from reinloop_eval.report import (
     BOOTSTRAP_SEED,
     markdown_paired,
     paired_all,
+    run_decisions,
     run_tokens,
     summarize_runs,
 )
@@ -208,7 +209,7 @@ def markdown_sampled(records: Sequence[RunRecord]) -> str:
 def paired_costs(records: Sequence[RunRecord]) -> dict[str, dict[str, dict[str, float]]]:
     """What reinloop spends per run against each other agent on the same task and seed, paired: tokens (prompt
     and reply, every model call) and decisions, each a mean difference with its 95% interval."""
-    tokens, decisions = paired_all(records, measure=run_tokens), paired_all(records, measure=_decisions)
+    tokens, decisions = paired_all(records, measure=run_tokens), paired_all(records, measure=run_decisions)
     return {agent: {"tokens": tokens[agent], "decisions": decisions[agent]} for agent in tokens}
 
 
@@ -226,10 +227,6 @@ def markdown_costs(records: Sequence[RunRecord]) -> str:
             f"| {paired_difference(decisions, '{:+.2f}')} |"
         )
     return "\n".join(lines)
-
-
-def _decisions(record: RunRecord) -> float:
-    return float(record.decisions)
 
 
 BUDGET_NOTE = (

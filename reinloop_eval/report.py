@@ -27,6 +27,7 @@ __all__ = [
     "paired",
     "paired_all",
     "pyplot",
+    "run_decisions",
     "run_tokens",
     "save_chart",
     "summarize_runs",
@@ -105,6 +106,11 @@ def solved(record: RunRecord) -> float:
 def run_tokens(record: RunRecord) -> float:
     """A run's tokens: prompt and completion, every model call it caused."""
     return float(record.prompt_tokens + record.completion_tokens)
+
+
+def run_decisions(record: RunRecord) -> float:
+    """A run's decisions: the model calls of its agent's loop, re-asks included."""
+    return float(record.decisions)
 
 
 def paired(
