@@ -135,7 +135,9 @@ def main() -> None:
         f"({', '.join(map(str, sampling.seeds))}) x {len(args.agents)} agents = {len(records)} runs, temperature "
         f"{sampling.temperature:g}, tool fault rate {sampling.tool_fault_rate:g}; reply cap "
         f"{config.get('max_reply_tokens')} tokens, context budget {config.get('context_token_budget')} tokens. "
-        f"{BUDGET_NOTE} {wall:,.0f} s wall, {cpu:,.0f} s CPU in this process (the model runs in its own).\n\n{table}\n"
+        f"{BUDGET_NOTE} {wall:,.0f} s wall, {cpu:,.0f} s CPU in this process (the model runs in its own); the "
+        f"runs' own wall times sum to {sum(r.wall_s for r in records) / 3600:,.1f} h (resumed runs included).\n\n"
+        f"{table}\n"
     )
     console.print(text, markup=False, highlight=False)
     (args.out / "real-model.md").write_text(text)
@@ -148,6 +150,7 @@ def main() -> None:
         "agents": args.agents,
         "config": config,
         "wall_s": round(wall, 1),
+        "runs_wall_s": round(sum(r.wall_s for r in records), 1),
         "cpu_s": round(cpu, 1),
         "success": success_intervals(records),
         "paired": paired_all(records),
