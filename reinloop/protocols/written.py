@@ -20,6 +20,9 @@ from reinloop.text import truncate
 from reinloop.tools.registry import ToolRegistry
 
 FINAL_ANSWER_ACTION = "final_answer"
+# A JSON Schema's type names, and the keywords a schema copied from a tool list has beside its type.
+_SCHEMA_TYPES = frozenset({"string", "number", "integer", "boolean", "object", "array", "null"})
+_SCHEMA_KEYWORDS = frozenset({"type", "title", "description", "default", "enum", "items", "properties", "required"})
 # How the text-writing protocols show a tool's result to the model: a user turn starting with this label.
 OBSERVATION_LABEL = "Observation: "
 
@@ -120,6 +123,12 @@ def _decision_from_object(obj: dict[str, Any], registry: ToolRegistry) -> Decisi
         raise ValueError(problem)
     action_input = obj.get("action_input")
     if action == FINAL_ANSWER_ACTION:
+        if isinstance(action_input, dict) and _schema_echo(action_input):
+            raise ValueError(
+                f'"{FINAL_ANSWER_ACTION}" needs the answer itself as "action_input", not a JSON Schema '
+                f"({truncate(_json_text(action_input), QUOTED_INPUT_CHARS)}); write "
+                f'{{"action": "{FINAL_ANSWER_ACTION}", "action_input": "<the answer>"}}'
+            )
         if isinstance(action_input, dict) and "answer" in action_input:
             action_input = action_input["answer"]
         elif isinstance(action_input, dict) and len(action_input) == 1:
@@ -131,6 +140,13 @@ def _decision_from_object(obj: dict[str, Any], registry: ToolRegistry) -> Decisi
         return answer(text.strip())
     args = _tool_args(action, action_input, registry)
     return act([{"name": action, "args": args, "id": new_call_id(), "type": "tool_call"}])
+
+
+def _schema_echo(value: dict[str, Any]) -> bool:
+    """Whether an answer object is a JSON Schema, as small models copy from the tool list: a JSON type name as
+    its "type" and nothing but schema keywords ({"type": "string"}). Taken as the answer, its one key would be
+    unwrapped into "string"."""
+    return value.get("type") in _SCHEMA_TYPES and set(value) <= _SCHEMA_KEYWORDS
 
 
 def _json_text(value: Any) -> str:

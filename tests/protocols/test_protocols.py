@@ -98,8 +98,10 @@ def test_json_protocol_rejects_a_bare_value_for_a_multi_field_tool():
         (json_action("final_answer", "Paris"), "Paris"),
         (json_action("final_answer", {"answer": "Paris"}), "Paris"),
         (json_action("final_answer", 42), "42"),
+        # An answer object whose "type" is no JSON type name is an answer, unwrapped as before.
+        (json_action("final_answer", {"type": "sedan"}), "sedan"),
     ],
-    ids=["text", "answer-object", "number"],
+    ids=["text", "answer-object", "number", "type-that-is-no-schema"],
 )
 def test_json_protocol_final_answer(reply, answer):
     decision, stored = JsonProtocol().parse(AIMessage(reply), REGISTRY)
@@ -117,6 +119,15 @@ def test_json_protocol_unparsable_replies_keep_the_raw_text(reply):
     assert decision["kind"] == "unparsable"
     assert decision["raw"] == reply
     assert stored is None
+
+
+@pytest.mark.parametrize("schema", [{"type": "string"}, {"type": "number", "title": "Total Assets"}])
+def test_json_protocol_refuses_a_schema_as_the_final_answer(schema):
+    # Small models copy the tool list's schema: taken as the answer, {"type": "string"} would answer "string".
+    reply = json_action("final_answer", schema)
+    decision, stored = JsonProtocol().parse(AIMessage(reply), REGISTRY)
+    assert decision["kind"] == "unparsable" and decision["raw"] == reply and stored is None
+    assert "not a JSON Schema" in decision["error"] and '"action_input": "<the answer>"' in decision["error"]
 
 
 def test_json_protocol_renders_the_window_as_text_turns():
