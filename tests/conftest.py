@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import copy
+import importlib.util
 import os
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
 from http.server import ThreadingHTTPServer
+from pathlib import Path
+from types import ModuleType
 from urllib.parse import parse_qs, urlparse
 
 import pytest
@@ -208,3 +212,13 @@ def counting_tool():
         return f"page {page}: nothing new"
 
     return fetch, runs
+
+
+def benchmark_script(file: str, name: str) -> ModuleType:
+    """benchmarks/`file`, loaded as the module `name` (the benchmarks are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "benchmarks" / file)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).parents[1] / "benchmarks" / "cost.py"
-_SPEC = importlib.util.spec_from_file_location("cost_benchmark", _PATH)
-assert _SPEC is not None and _SPEC.loader is not None
-cost = importlib.util.module_from_spec(_SPEC)
-sys.modules[_SPEC.name] = cost  # dataclasses look their module up while the class is made
-_SPEC.loader.exec_module(cost)
+from tests.conftest import benchmark_script
+
+cost = benchmark_script("cost.py", "cost_benchmark")
 
 
 def block(start: int, length: int) -> tuple[int, ...]:

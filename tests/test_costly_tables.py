@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -14,13 +11,9 @@ from reinloop_eval import FaultProfile
 from reinloop_eval.agents import ABLATIONS, FAIR_PEER
 from reinloop_eval.faults import costly_profile
 from reinloop_eval.grid import GridSpec, run_grid
+from tests.conftest import benchmark_script
 
-_PATH = Path(__file__).parents[1] / "benchmarks" / "costly_tables.py"
-_SPEC = importlib.util.spec_from_file_location("costly_tables", _PATH)
-assert _SPEC is not None and _SPEC.loader is not None
-tables = importlib.util.module_from_spec(_SPEC)
-sys.modules[_SPEC.name] = tables
-_SPEC.loader.exec_module(tables)
+tables = benchmark_script("costly_tables.py", "costly_tables")
 
 
 @pytest.fixture(scope="module")

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
-_PATH = Path(__file__).parents[1] / "benchmarks" / "evaluation_page.py"
-_SPEC = importlib.util.spec_from_file_location("evaluation_page", _PATH)
-assert _SPEC is not None and _SPEC.loader is not None
-page = importlib.util.module_from_spec(_SPEC)
-sys.modules[_SPEC.name] = page
-_SPEC.loader.exec_module(page)
+from tests.conftest import benchmark_script
+
+page = benchmark_script("evaluation_page.py", "evaluation_page")
 
 
 def test_the_sections_written_by_hand_are_kept_and_its_own_are_not():
