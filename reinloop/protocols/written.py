@@ -146,7 +146,8 @@ def _schema_echo(value: dict[str, Any]) -> bool:
     """Whether an answer object is a JSON Schema, as small models copy from the tool list: a JSON type name as
     its "type" and nothing but schema keywords ({"type": "string"}). Taken as the answer, its one key would be
     unwrapped into "string"."""
-    return value.get("type") in _SCHEMA_TYPES and set(value) <= _SCHEMA_KEYWORDS
+    kind = value.get("type")
+    return isinstance(kind, str) and kind in _SCHEMA_TYPES and set(value) <= _SCHEMA_KEYWORDS
 
 
 def _json_text(value: Any) -> str:

@@ -100,8 +100,9 @@ def test_json_protocol_rejects_a_bare_value_for_a_multi_field_tool():
         (json_action("final_answer", 42), "42"),
         # An answer object whose "type" is no JSON type name is an answer, unwrapped as before.
         (json_action("final_answer", {"type": "sedan"}), "sedan"),
+        (json_action("final_answer", {"type": ["sedan", "coupe"]}), '["sedan", "coupe"]'),
     ],
-    ids=["text", "answer-object", "number", "type-that-is-no-schema"],
+    ids=["text", "answer-object", "number", "type-that-is-no-schema", "type-that-is-a-list"],
 )
 def test_json_protocol_final_answer(reply, answer):
     decision, stored = JsonProtocol().parse(AIMessage(reply), REGISTRY)
