@@ -129,14 +129,14 @@ def main() -> None:
             markup=False,
         )
         return
-    table = markdown_sampled(records)
+    table, runs_wall = markdown_sampled(records), sum(record.wall_s for record in records)
     text = (
         f"`{command}`\n\n{label}, protocol {real.protocol}: {len(tasks)} tasks x {len(sampling.seeds)} seeds "
         f"({', '.join(map(str, sampling.seeds))}) x {len(args.agents)} agents = {len(records)} runs, temperature "
         f"{sampling.temperature:g}, tool fault rate {sampling.tool_fault_rate:g}; reply cap "
         f"{config.get('max_reply_tokens')} tokens, context budget {config.get('context_token_budget')} tokens. "
         f"{BUDGET_NOTE} {wall:,.0f} s wall, {cpu:,.0f} s CPU in this process (the model runs in its own); the "
-        f"runs' own wall times sum to {sum(r.wall_s for r in records) / 3600:,.1f} h (resumed runs included).\n\n"
+        f"runs' own wall times sum to {runs_wall / 3600:,.1f} h (resumed runs included).\n\n"
         f"{table}\n"
     )
     console.print(text, markup=False, highlight=False)
@@ -150,7 +150,7 @@ def main() -> None:
         "agents": args.agents,
         "config": config,
         "wall_s": round(wall, 1),
-        "runs_wall_s": round(sum(r.wall_s for r in records), 1),
+        "runs_wall_s": round(runs_wall, 1),
         "cpu_s": round(cpu, 1),
         "success": success_intervals(records),
         "paired": paired_all(records),
